@@ -1,0 +1,38 @@
+# `make demo` and `make test` each create .venv when it is missing or older than the package metadata.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: demo test lint benchmark clean
+
+$(STAMP): setup.cfg pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[cpu,test]"
+	# Test-only timm parity: --no-deps keeps the CPU torch (tests/conftest.py makes torchvision's ops optional).
+	$(BIN)/python -m pip install --quiet --no-deps timm==1.0.31 torchvision==0.28.0
+	# Test-only: the TF Serving request protos; --no-deps, since it requires the CUDA `tensorflow` package.
+	$(BIN)/python -m pip install --quiet --no-deps tensorflow-serving-api==2.21.0
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m vit_keras.demo --output-dir demo_output
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+benchmark: $(STAMP)
+	$(BIN)/python scripts/benchmark.py
+
+clean:
+	rm -rf $(VENV) demo_output .pytest_cache
+
+.PHONY: benchmark-export
+# Size, CPU latency and agreement of every deployment format for the demo's trained model (run `make demo` first).
+benchmark-export: $(STAMP)
+	$(BIN)/python scripts/benchmark_export.py --keras-model demo_output/vit_digits.keras
