@@ -1,0 +1,73 @@
+"""Every paper variant at 224 with a 1000-class head has exactly the paper's parameter count (REFERENCE.md §2)."""
+
+import gc
+
+import keras
+import pytest
+
+import vit_keras
+from vit_keras.configs import VARIANTS, ResNetConfig
+
+# vit_jax `models_test.py` counts, at 224 with a 1000-class head.
+PAPER_PARAMS = {
+    "ViTTi16": 5_717_416,
+    "ViTS16": 22_050_664,
+    "ViTS32": 22_878_952,
+    "ViTB8": 86_576_872,
+    "ViTB16": 86_567_656,
+    "ViTB32": 88_224_232,
+    "ViTL16": 304_326_632,
+    "ViTL32": 306_535_400,
+    "ViTH14": 632_045_800,
+    "ViTRTi16": 6_337_704,
+    "ViTR26S32": 36_431_912,
+    "ViTR50B16": 98_659_112,
+    "ViTR26B32": 101_383_976,
+    "ViTR50L32": 328_994_856,
+}
+GAP_PARAMS = {"ViTS16": 22_049_896, "ViTB16": 86_566_120, "ViTS32": 22_878_184, "ViTB32": 88_222_696}
+
+
+def _count(constructor_name, **kwargs):
+    keras.backend.clear_session()
+    model = getattr(vit_keras, constructor_name)(image_size=224, classes=1000, **kwargs)
+    count = model.count_params()
+    del model
+    keras.backend.clear_session()
+    gc.collect()
+    return count
+
+
+@pytest.mark.parametrize("constructor_name", sorted(PAPER_PARAMS))
+def test_parameter_count_matches_the_paper(constructor_name):
+    assert _count(constructor_name) == PAPER_PARAMS[constructor_name]
+
+
+@pytest.mark.parametrize("constructor_name", sorted(GAP_PARAMS))
+def test_gap_parameter_count_matches_the_paper(constructor_name):
+    assert _count(constructor_name, classifier="gap") == GAP_PARAMS[constructor_name]
+
+
+def test_closed_form_parameter_count():
+    # REFERENCE.md §2: P²·3·D + D + D + (N+1)·D + L·(4D² + 4D + 2·D·M + M + D + 4D) + 2D + D·K + K
+    config = VARIANTS["B/16"]
+    p, d, m, layers, k, n = config.patch_size, config.hidden_size, config.mlp_dim, config.num_layers, 1000, 196
+    closed_form = p * p * 3 * d + d + d + (n + 1) * d + layers * (4 * d * d + 4 * d + 2 * d * m + m + d + 4 * d)
+    closed_form += 2 * d + d * k + k
+    assert closed_form == PAPER_PARAMS["ViTB16"]
+
+
+def test_every_variant_has_a_constructor():
+    names = {"ViT" + name.replace("+", "").replace("/", "") for name in VARIANTS}
+    assert names == set(PAPER_PARAMS)
+    assert all(callable(getattr(vit_keras, name)) for name in names)
+
+
+def test_resnet_config_from_dict_and_errors():
+    assert ResNetConfig.from_any({"num_layers": [3, 4, 9]}) == ResNetConfig((3, 4, 9), 1)
+    with pytest.raises(ValueError, match="unknown keys"):
+        ResNetConfig.from_any({"layers": [3]})
+    with pytest.raises(ValueError, match="num_layers"):
+        ResNetConfig.from_any({"num_layers": [0]})
+    with pytest.raises(ValueError, match="resnet"):
+        ResNetConfig.from_any([3, 4, 9])

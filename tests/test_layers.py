@@ -1,0 +1,88 @@
+"""Layer-level facts: patch order, position-embedding variants, attention weights on request."""
+
+import keras
+import numpy as np
+import pytest
+
+from vit_keras import layers
+
+
+def test_patches_are_row_major_and_flattened_row_column_channel():
+    x = np.arange(2 * 4 * 6 * 3, dtype=np.float32).reshape(2, 4, 6, 3)
+    patches = np.asarray(layers.Patches(2)(x))
+    assert patches.shape == (2, 6, 12)
+    # Token 4 is grid row 1, column 1: pixels rows 2-3, columns 2-3, flattened (row, column, channel).
+    np.testing.assert_array_equal(patches[1, 4], x[1, 2:4, 2:4, :].reshape(-1))
+    np.testing.assert_array_equal(patches[0, 2], x[0, 0:2, 4:6, :].reshape(-1))
+
+
+def test_patch_projection_equals_google_conv_embedding():
+    # vit_jax embeds with Conv(D, kernel=P, stride=P, VALID); our Dense on flattened patches must be the same map.
+    rng = np.random.default_rng(0)
+    kernel = rng.standard_normal((4, 4, 3, 8)).astype(np.float32)
+    x = rng.standard_normal((1, 8, 12, 3)).astype(np.float32)
+    conv = keras.ops.conv(x, kernel, strides=4, padding="valid")
+    dense = np.asarray(layers.Patches(4)(x)) @ kernel.reshape(-1, 8)
+    np.testing.assert_allclose(dense, np.asarray(conv).reshape(1, -1, 8), atol=1e-5)
+
+
+def test_sincos_table_follows_the_formula():
+    table = layers.sincos_2d_position_embeddings((3, 4), 8)
+    omega = 1.0 / 10_000 ** (np.arange(2) / 2)
+    row, col = 2, 1  # token 9
+    expected = np.concatenate([np.sin(col * omega), np.cos(col * omega), np.sin(row * omega), np.cos(row * omega)])
+    np.testing.assert_allclose(table[row * 4 + col], expected, atol=1e-6)
+    with pytest.raises(ValueError, match="divisible by 4"):
+        layers.sincos_2d_position_embeddings((2, 2), 6)
+
+
+def test_learned_2d_embeddings_concatenate_row_and_column_tables():
+    encoder = layers.PatchEncoder(8, (2, 3), position_embedding="learned_2d")
+    encoder.build((None, 6, 12))
+    table = np.asarray(encoder.patch_position_embeddings())
+    rows, cols = encoder.pos_embedding_row.numpy(), encoder.pos_embedding_col.numpy()
+    np.testing.assert_array_equal(table[1, 2], np.concatenate([rows[1], cols[2]]))
+    x = np.zeros((1, 6, 12), np.float32)
+    out = np.asarray(encoder(x))
+    # Zero patches: each token is the projection bias + its position embedding; the class token has none.
+    np.testing.assert_allclose(out[0, 0], encoder.cls.numpy()[0, 0], atol=1e-7)
+    np.testing.assert_allclose(out[0, 1 + 5], table[1, 2] + encoder.embedding.bias.numpy(), atol=1e-6)
+
+
+def test_no_position_embedding_makes_tokens_permutation_equivariant():
+    encoder = layers.PatchEncoder(8, (2, 2), classifier="gap", position_embedding="none")
+    x = np.random.default_rng(0).standard_normal((1, 4, 12)).astype(np.float32)
+    out = np.asarray(encoder(x))
+    np.testing.assert_allclose(np.asarray(encoder(x[:, ::-1])), out[:, ::-1], atol=1e-6)
+    assert encoder.patch_position_embeddings() is None
+
+
+def test_attention_scores_on_request_leave_the_output_unchanged():
+    block = layers.TransformerBlock(num_heads=2, mlp_dim=16)
+    x = np.random.default_rng(1).standard_normal((2, 5, 8)).astype(np.float32)
+    y = np.asarray(block(x))
+    y2, scores = block(x, return_attention_scores=True)
+    np.testing.assert_allclose(np.asarray(y2), y, atol=1e-6)
+    scores = np.asarray(scores)
+    assert scores.shape == (2, 2, 5, 5)
+    np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-6)
+
+
+def test_transformer_block_rejects_heads_that_do_not_divide_the_width():
+    with pytest.raises(ValueError, match="not divisible by num_heads 3"):
+        layers.TransformerBlock(num_heads=3, mlp_dim=16)(np.zeros((1, 2, 8), np.float32))
+
+
+def test_patches_reject_sizes_that_do_not_divide():
+    with pytest.raises(ValueError, match="not divisible by patch_size 4"):
+        layers.Patches(4)(np.zeros((1, 6, 8, 3), np.float32))
+
+
+def test_std_conv_standardises_the_kernel():
+    conv = layers.StdConv2D(2, 1, use_bias=False)
+    x = np.random.default_rng(2).standard_normal((1, 3, 3, 4)).astype(np.float32)
+    conv.build(x.shape)
+    w = np.random.default_rng(3).standard_normal((1, 1, 4, 2)).astype(np.float32) * 5 + 3
+    conv.kernel.assign(w)
+    w_std = (w - w.mean(axis=(0, 1, 2))) / (w.std(axis=(0, 1, 2)) + 1e-5)
+    np.testing.assert_allclose(np.asarray(conv(x)), x @ w_std[0, 0], atol=1e-5)

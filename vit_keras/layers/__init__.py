@@ -1,0 +1,24 @@
+"""The building blocks of a Vision Transformer, as serializable Keras 3 layers.
+
+Example:
+    >>> from vit_keras import layers
+    >>> block = layers.TransformerBlock(num_heads=3, mlp_dim=96)
+"""
+
+from vit_keras.layers.encoder import PatchEncoder, sincos_2d_position_embeddings
+from vit_keras.layers.patches import Patches
+from vit_keras.layers.pooling import TokenPooling
+from vit_keras.layers.resnet import BottleneckUnit, ResNetStem, StdConv2D
+from vit_keras.layers.transformer import MlpBlock, TransformerBlock
+
+__all__ = [
+    "BottleneckUnit",
+    "MlpBlock",
+    "PatchEncoder",
+    "Patches",
+    "ResNetStem",
+    "StdConv2D",
+    "TokenPooling",
+    "TransformerBlock",
+    "sincos_2d_position_embeddings",
+]

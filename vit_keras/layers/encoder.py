@@ -1,0 +1,168 @@
+"""Patch projection, class token and position embeddings: everything before the first Transformer block."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+from keras import ops
+
+POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "none")
+CLASSIFIERS = ("token", "gap")
+
+
+def sincos_2d_position_embeddings(grid_size, hidden_size, temperature=10_000.0):
+    """Fixed 2-D sine-cosine embeddings (big_vision `posemb_sincos_2d`), shape `(gh·gw, hidden_size)`.
+
+    Each quarter of the channels holds sin/cos of the column or row index at geometrically spaced
+    frequencies.
+
+    Example:
+        >>> sincos_2d_position_embeddings((2, 3), 8).shape
+        (6, 8)
+    """
+    if hidden_size % 4:
+        raise ValueError(
+            f"position_embedding='sincos_2d' needs hidden_size divisible by 4, got {hidden_size}; "
+            "use another hidden_size or position_embedding='learned_1d'."
+        )
+    gh, gw = grid_size
+    rows, cols = np.meshgrid(np.arange(gh, dtype=np.float64), np.arange(gw, dtype=np.float64), indexing="ij")
+    omega = 1.0 / temperature ** (np.arange(hidden_size // 4, dtype=np.float64) / (hidden_size // 4))
+    rows = rows.reshape(-1, 1) * omega
+    cols = cols.reshape(-1, 1) * omega
+    table = np.concatenate([np.sin(cols), np.cos(cols), np.sin(rows), np.cos(rows)], axis=1)
+    return table.astype(np.float32)
+
+
+@keras.saving.register_keras_serializable(package="vit_keras")
+class PatchEncoder(keras.layers.Layer):
+    """Project flattened patches to `hidden_size`, prepend the class token and add position embeddings.
+
+    Weight names follow vit_jax: `embedding` (the patch projection, a Dense on row-major flattened
+    patches), `cls` (1, 1, D) and `pos_embedding` (1, N + 1, D) for the paper's learned 1-D table.
+    `position_embedding` selects the paper's App. D.4 ablation:
+
+    - `"learned_1d"` (default): one learned vector per token, class token included;
+    - `"learned_2d"`: learned row and column tables of D/2 each, concatenated per patch;
+    - `"sincos_2d"`: fixed sine-cosine embeddings (no parameters);
+    - `"none"`: no position information.
+
+    With the 2-D and fixed variants the class token carries no position embedding: it is itself a
+    learned vector, so a learned offset for it would be redundant.
+
+    Example:
+        >>> encoder = PatchEncoder(hidden_size=64, grid_size=(4, 4))
+        >>> encoder(keras.ops.zeros((2, 16, 48))).shape
+        (2, 17, 64)
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        grid_size,
+        classifier: str = "token",
+        position_embedding: str = "learned_1d",
+        dropout_rate: float = 0.0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if classifier not in CLASSIFIERS:
+            raise ValueError(f"`classifier` must be one of {CLASSIFIERS}, got {classifier!r}.")
+        if position_embedding not in POSITION_EMBEDDINGS:
+            raise ValueError(
+                f"`position_embedding` must be one of {POSITION_EMBEDDINGS}, got {position_embedding!r}."
+            )
+        if position_embedding == "learned_2d" and hidden_size % 2:
+            raise ValueError(
+                f"position_embedding='learned_2d' needs an even hidden_size, got {hidden_size}."
+            )
+        self.hidden_size = int(hidden_size)
+        self.grid_size = tuple(int(g) for g in grid_size)
+        self.classifier = classifier
+        self.position_embedding = position_embedding
+        self.dropout_rate = float(dropout_rate)
+        self.num_prefix_tokens = 1 if classifier == "token" else 0
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        self.embedding = keras.layers.Dense(
+            self.hidden_size, kernel_initializer="lecun_normal", dtype=self.dtype_policy, name="embedding"
+        )
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy, name="dropout")
+        self._fixed_table = None
+
+    def build(self, input_shape):
+        if input_shape[1] is not None and input_shape[1] != self.num_patches:
+            raise ValueError(
+                f"PatchEncoder expects {self.num_patches} patches for grid {self.grid_size}, "
+                f"got {input_shape[1]}."
+            )
+        self.embedding.build(input_shape)
+        if self.classifier == "token":
+            self.cls = self.add_weight(name="cls", shape=(1, 1, self.hidden_size), initializer="zeros")
+        pos_init = keras.initializers.RandomNormal(stddev=0.02)
+        if self.position_embedding == "learned_1d":
+            self.pos_embedding = self.add_weight(
+                name="pos_embedding",
+                shape=(1, self.num_prefix_tokens + self.num_patches, self.hidden_size),
+                initializer=pos_init,
+            )
+        elif self.position_embedding == "learned_2d":
+            half = self.hidden_size // 2
+            self.pos_embedding_row = self.add_weight(
+                name="pos_embedding_row", shape=(self.grid_size[0], half), initializer=pos_init
+            )
+            self.pos_embedding_col = self.add_weight(
+                name="pos_embedding_col", shape=(self.grid_size[1], half), initializer=pos_init
+            )
+        elif self.position_embedding == "sincos_2d":
+            self._fixed_table = sincos_2d_position_embeddings(self.grid_size, self.hidden_size)
+
+    def patch_position_embeddings(self):
+        """The position embeddings of the patches as a `(gh, gw, D)` tensor (None for `"none"`).
+
+        Example:
+            >>> encoder = PatchEncoder(64, (4, 4)); encoder.build((None, 16, 48))
+            >>> encoder.patch_position_embeddings().shape
+            (4, 4, 64)
+        """
+        gh, gw = self.grid_size
+        if self.position_embedding == "learned_1d":
+            table = self.pos_embedding[0, self.num_prefix_tokens :]
+            return ops.reshape(table, (gh, gw, self.hidden_size))
+        if self.position_embedding == "learned_2d":
+            half = self.hidden_size // 2
+            rows = ops.broadcast_to(self.pos_embedding_row[:, None, :], (gh, gw, half))
+            cols = ops.broadcast_to(self.pos_embedding_col[None, :, :], (gh, gw, half))
+            return ops.concatenate([rows, cols], axis=-1)
+        if self.position_embedding == "sincos_2d":
+            return ops.reshape(ops.convert_to_tensor(self._fixed_table), (gh, gw, self.hidden_size))
+        return None
+
+    def call(self, patches, training=None):
+        x = self.embedding(patches)
+        if self.position_embedding == "learned_1d":
+            pos_patches = None
+        else:
+            table = self.patch_position_embeddings()
+            pos_patches = None if table is None else ops.reshape(table, (1, self.num_patches, self.hidden_size))
+        if pos_patches is not None:
+            x = x + ops.cast(pos_patches, x.dtype)
+        if self.classifier == "token":
+            cls = ops.cast(self.cls, x.dtype)
+            cls = ops.broadcast_to(cls, (ops.shape(x)[0], 1, self.hidden_size))
+            x = ops.concatenate([cls, x], axis=1)
+        if self.position_embedding == "learned_1d":
+            x = x + ops.cast(self.pos_embedding, x.dtype)
+        return self.dropout(x, training=training)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.num_prefix_tokens + self.num_patches, self.hidden_size)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "hidden_size": self.hidden_size,
+            "grid_size": list(self.grid_size),
+            "classifier": self.classifier,
+            "position_embedding": self.position_embedding,
+            "dropout_rate": self.dropout_rate,
+        }

@@ -1,0 +1,402 @@
+"""`ViT()` and the paper's named variants as keras.applications-style functional models."""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import numbers
+
+import keras
+import numpy as np
+
+from vit_keras import weights as weights_lib
+from vit_keras.configs import VARIANTS, ResNetConfig
+from vit_keras.layers import PatchEncoder, Patches, ResNetStem, TokenPooling, TransformerBlock
+from vit_keras.layers.encoder import CLASSIFIERS, POSITION_EMBEDDINGS
+from vit_keras.layers.pooling import POOLINGS
+
+DEFAULT_IMAGE_SIZE = 224
+DEFAULT_LAYER_NORM_EPSILON = 1e-6
+INPUT_NAME = "images"
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    return int(value)
+
+
+def _rate(name, value):
+    if not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be a float in [0, 1), got {value!r}.")
+    return float(value)
+
+
+def _as_hw(value, name):
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = (value, value)
+    if (
+        not isinstance(value, list | tuple)
+        or len(value) != 2
+        or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1 for v in value)
+    ):
+        raise ValueError(f"`{name}` must be an int or a (height, width) pair of positive ints, got {value!r}.")
+    return (int(value[0]), int(value[1]))
+
+
+def _resolve_input_shape(image_size, input_shape, input_tensor):
+    """One (height, width, channels) from the three ways keras.applications users describe the input."""
+    candidates = []
+    if image_size is not None:
+        candidates.append(("image_size", (*_as_hw(image_size, "image_size"), None)))
+    if input_shape is not None:
+        if not isinstance(input_shape, list | tuple) or len(input_shape) != 3:
+            raise ValueError(
+                f"`input_shape` must be (height, width, channels), e.g. (224, 224, 3), got {input_shape!r}."
+            )
+        candidates.append(("input_shape", tuple(input_shape)))
+    if input_tensor is not None:
+        shape = tuple(input_tensor.shape)
+        if len(shape) != 4:
+            raise ValueError(
+                f"`input_tensor` must be a 4-D (batch, height, width, channels) tensor, got shape {shape}."
+            )
+        candidates.append(("input_tensor", shape[1:]))
+    height = width = channels = None
+    for label, (h, w, c) in candidates:
+        for dim, value, current in (("height", h, height), ("width", w, width), ("channels", c, channels)):
+            if value is not None and current is not None and value != current[1]:
+                raise ValueError(
+                    f"`{label}` gives {dim} {value} but `{current[0]}` gives {current[1]}; pass only one of "
+                    "`image_size`, `input_shape` and `input_tensor`, or make them agree."
+                )
+        height = (label, h) if h is not None and height is None else height
+        width = (label, w) if w is not None and width is None else width
+        channels = (label, c) if c is not None and channels is None else channels
+    height = height[1] if height else DEFAULT_IMAGE_SIZE
+    width = width[1] if width else DEFAULT_IMAGE_SIZE
+    channels = channels[1] if channels else 3
+    _as_hw((height, width), "image size")
+    if isinstance(channels, bool) or not isinstance(channels, numbers.Integral) or channels < 1:
+        raise ValueError(f"The number of channels must be a positive int, got {channels!r}.")
+    return int(height), int(width), int(channels)
+
+
+def _feature_stride(resnet: ResNetConfig | None) -> int:
+    """How many image pixels one position of the patchified feature map spans (before the patch size)."""
+    if resnet is None:
+        return 1
+    return 4 * 2 ** max(len(resnet.num_layers) - 1, 0)
+
+
+def ViT(
+    image_size=None,
+    patch_size=16,
+    hidden_size=768,
+    num_layers=12,
+    num_heads=12,
+    mlp_dim=3072,
+    classifier="token",
+    representation_size=None,
+    resnet=None,
+    layer_norm_epsilon=None,
+    gelu_approximate=None,
+    dropout_rate=0.0,
+    attention_dropout_rate=0.0,
+    include_top=True,
+    include_preprocessing=True,
+    weights=None,
+    input_shape=None,
+    input_tensor=None,
+    pooling=None,
+    classes=1000,
+    classifier_activation="softmax",
+    name=None,
+    position_embedding="learned_1d",
+):
+    """Build a Vision Transformer (Dosovitskiy et al., 2020) as a Keras functional model.
+
+    Args:
+        image_size: int or (height, width); defaults to `input_shape`'s or 224.
+        patch_size: side of the square patches (on the ResNet feature map for hybrids).
+        hidden_size, num_layers, num_heads, mlp_dim: the Transformer's width D, depth L, heads and
+            MLP width M.
+        classifier: `"token"` (class token) or `"gap"` (mean of the patch tokens, no class token).
+        representation_size: width of the tanh "pre_logits" layer of the ImageNet-21k checkpoints.
+        resnet: None, or `{"num_layers": [3, 4, 9], "width_factor": 1}` for an R+ViT hybrid.
+        layer_norm_epsilon: None means what the weights were trained with (1e-6 without weights).
+        gelu_approximate: None means what the weights were trained with (tanh GELU without weights,
+            like Google's checkpoints); False is the exact erf GELU of timm and Hugging Face.
+        dropout_rate, attention_dropout_rate: dropout after the position embeddings, attention and
+            MLP; dropout on the attention weights.
+        include_top: whether to add the classification head.
+        include_preprocessing: True: the model takes RGB in [0, 255]; False: in [-1, 1].
+        weights: None; a registered name such as "imagenet21k", "imagenet21k+imagenet2012" or "imagenet" (see
+            `vit_keras.list_weights()`, for the variant this model matches); a Google `.npz`, timm
+            `.safetensors`, Hugging Face directory or `.weights.h5` path; or an http(s)/file URL. Position
+            embeddings are resampled to this model's grid; a `classes` different from the checkpoint's gives a
+            fresh zero-initialised head (with a warning); `include_top=False` drops the head.
+        input_shape: (height, width, channels), as in keras.applications.
+        input_tensor: a Keras tensor to use as the model's input.
+        pooling: with `include_top=False`, None (the token sequence), `"token"` or `"avg"`.
+        classes: number of classes of the head.
+        classifier_activation: activation of the head (None for logits); runs in float32.
+        name: the model's name.
+        position_embedding: `"learned_1d"` (the paper's), `"learned_2d"`, `"sincos_2d"` or `"none"`.
+
+    Returns:
+        A `keras.Model` whose input is named `"images"`.
+
+    Example:
+        >>> model = ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...             mlp_dim=96, classes=10)
+        >>> model.output_shape
+        (None, 10)
+    """
+    patch_size = _positive_int("patch_size", patch_size)
+    hidden_size = _positive_int("hidden_size", hidden_size)
+    num_layers = _positive_int("num_layers", num_layers)
+    num_heads = _positive_int("num_heads", num_heads)
+    mlp_dim = _positive_int("mlp_dim", mlp_dim)
+    if hidden_size % num_heads:
+        divisors = [h for h in range(1, hidden_size + 1) if hidden_size % h == 0 and h <= 64]
+        raise ValueError(
+            f"`hidden_size` {hidden_size} is not divisible by `num_heads` {num_heads}; pick num_heads from "
+            f"{divisors} or change hidden_size."
+        )
+    if classifier not in CLASSIFIERS:
+        raise ValueError(f"`classifier` must be 'token' or 'gap', got {classifier!r}.")
+    if position_embedding not in POSITION_EMBEDDINGS:
+        raise ValueError(f"`position_embedding` must be one of {POSITION_EMBEDDINGS}, got {position_embedding!r}.")
+    if representation_size is not None:
+        representation_size = _positive_int("representation_size", representation_size)
+    dropout_rate = _rate("dropout_rate", dropout_rate)
+    attention_dropout_rate = _rate("attention_dropout_rate", attention_dropout_rate)
+    resnet = ResNetConfig.from_any(resnet)
+    if pooling is not None and pooling not in POOLINGS:
+        raise ValueError(f"`pooling` must be one of {POOLINGS} or None, got {pooling!r}.")
+    if pooling == "token" and classifier == "gap":
+        raise ValueError("pooling='token' needs a class token, but classifier='gap' has none; use pooling='avg'.")
+    if include_top:
+        if isinstance(classes, bool) or not isinstance(classes, numbers.Integral) or classes < 1:
+            raise ValueError(f"`classes` must be a positive integer when include_top=True, got {classes!r}.")
+        try:
+            keras.activations.get(classifier_activation)
+        except (ValueError, TypeError) as error:
+            raise ValueError(
+                f"Unknown `classifier_activation` {classifier_activation!r}; use 'softmax', 'sigmoid', "
+                "None (logits) or a callable."
+            ) from error
+    if input_tensor is not None and not keras.backend.is_keras_tensor(input_tensor):
+        raise ValueError("`input_tensor` must be a Keras tensor, e.g. the output of `keras.Input(...)`.")
+
+    height, width, channels = _resolve_input_shape(image_size, input_shape, input_tensor)
+    architecture = {
+        "patch_size": patch_size, "hidden_size": hidden_size, "num_layers": num_layers, "num_heads": num_heads,
+        "mlp_dim": mlp_dim, "resnet": resnet,
+    }
+    info = weights_lib.describe(weights, architecture=architecture, image_size=(height, width))
+    if info is not None and channels != 3:
+        raise ValueError(
+            f"Pretrained weights expect RGB images (3 channels), got {channels}; pass input_shape=(H, W, 3) "
+            "or weights=None."
+        )
+    stride = _feature_stride(resnet) * patch_size
+    for dim, size in (("height", height), ("width", width)):
+        if size % stride:
+            what = (
+                f"patch_size {patch_size}"
+                if resnet is None
+                else f"the hybrid's total stride {stride} (ResNet stem stride x patch_size)"
+            )
+            lower, upper = (size // stride) * stride, (size // stride + 1) * stride
+            raise ValueError(
+                f"Image {dim} {size} is not divisible by {what}; use {lower or upper} or {upper} instead."
+            )
+
+    if info is not None and representation_size is None and info.representation_size and include_top:
+        # The checkpoint's own classifier (e.g. ImageNet-21k with its tanh pre_logits) is kept only when the
+        # model asks for the same classes; fine-tuning drops pre_logits as vit_jax `load_pretrained` does.
+        if classes == info.classes:
+            representation_size = info.representation_size
+    if gelu_approximate is None:
+        gelu_approximate = True if info is None or info.gelu_approximate is None else info.gelu_approximate
+    if layer_norm_epsilon is None:
+        layer_norm_epsilon = (
+            DEFAULT_LAYER_NORM_EPSILON
+            if info is None or info.layer_norm_epsilon is None
+            else info.layer_norm_epsilon
+        )
+
+    if input_tensor is None:
+        inputs = keras.Input(shape=(height, width, channels), name=INPUT_NAME)
+    else:
+        inputs = input_tensor
+    x = inputs
+    if include_preprocessing:
+        x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="rescaling")(x)
+    if resnet is not None:
+        x = ResNetStem(resnet.num_layers, resnet.width_factor, name="resnet")(x)
+    grid_size = (height // stride, width // stride)
+    x = Patches(patch_size, name="patches")(x)
+    x = PatchEncoder(
+        hidden_size,
+        grid_size,
+        classifier=classifier,
+        position_embedding=position_embedding,
+        dropout_rate=dropout_rate,
+        name="patch_encoder",
+    )(x)
+    for i in range(num_layers):
+        x = TransformerBlock(
+            num_heads,
+            mlp_dim,
+            dropout_rate=dropout_rate,
+            attention_dropout_rate=attention_dropout_rate,
+            layer_norm_epsilon=layer_norm_epsilon,
+            gelu_approximate=gelu_approximate,
+            name=f"Transformer_encoderblock_{i}",
+        )(x)
+    x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
+
+    num_prefix_tokens = 1 if classifier == "token" else 0
+    if include_top and pooling is None:
+        pooling = "token" if classifier == "token" else "avg"
+    if pooling is not None:
+        x = TokenPooling(pooling, num_prefix_tokens=num_prefix_tokens, name="pool")(x)
+        if representation_size is not None:
+            x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
+    if include_top:
+        x = keras.layers.Dense(classes, kernel_initializer="zeros", dtype="float32", name="head")(x)
+        if classifier_activation not in (None, "linear"):
+            x = keras.layers.Activation(classifier_activation, dtype="float32", name="predictions")(x)
+
+    model = keras.Model(inputs, x, name=name or "vit")
+    if info is not None:
+        weights_lib.load_into(model, info)
+    return model
+
+
+def _variant_function_name(variant: str) -> str:
+    # "R50+B/16" -> "ViTR50B16", "R+Ti/16" -> "ViTRTi16", "B/16" -> "ViTB16"
+    return "ViT" + variant.replace("+", "").replace("/", "")
+
+
+def _make_constructor(variant: str):
+    config = VARIANTS[variant]
+    function_name = _variant_function_name(variant)
+
+    def constructor(
+        include_top=True,
+        weights=None,
+        input_tensor=None,
+        input_shape=None,
+        pooling=None,
+        classes=1000,
+        classifier_activation="softmax",
+        image_size=None,
+        include_preprocessing=True,
+        name=None,
+        **kwargs,
+    ):
+        options = {**config.model_kwargs(), **kwargs}
+        return ViT(
+            image_size=image_size,
+            include_top=include_top,
+            include_preprocessing=include_preprocessing,
+            weights=weights,
+            input_shape=input_shape,
+            input_tensor=input_tensor,
+            pooling=pooling,
+            classes=classes,
+            classifier_activation=classifier_activation,
+            name=name or function_name.lower().replace("vit", "vit-", 1),
+            **options,
+        )
+
+    hybrid = f", ResNet stem {list(config.resnet.num_layers)}" if config.resnet else ""
+    names = weights_lib.registry.names_for(variant)
+    if any("imagenet2012" in n for n in names):
+        names.append("imagenet")
+    published = ", ".join(f'"{n}"' for n in names) or "none published"
+    constructor.__name__ = constructor.__qualname__ = function_name
+    constructor.__doc__ = f"""ViT-{variant}: patch {config.patch_size}, D={config.hidden_size}, \
+M={config.mlp_dim}, {config.num_heads} heads, {config.num_layers} layers{hybrid}.
+
+    Takes the keras.applications arguments (`include_top`, `weights`, `input_tensor`, `input_shape`,
+    `pooling`, `classes`, `classifier_activation`) plus `image_size`, `include_preprocessing`, `name`;
+    any other `vit_keras.ViT` argument (e.g. `dropout_rate`) overrides the variant's value.
+    `weights`: None (random), a published checkpoint ({published}), or a checkpoint path or URL.
+
+    Example:
+        >>> model = vit_keras.{function_name}(image_size=224, classes=10)  # doctest: +SKIP
+    """
+    return constructor
+
+
+_CONSTRUCTORS = {variant: _make_constructor(variant) for variant in VARIANTS}
+ViTTi16 = _CONSTRUCTORS["Ti/16"]
+ViTS16 = _CONSTRUCTORS["S/16"]
+ViTS32 = _CONSTRUCTORS["S/32"]
+ViTB8 = _CONSTRUCTORS["B/8"]
+ViTB16 = _CONSTRUCTORS["B/16"]
+ViTB32 = _CONSTRUCTORS["B/32"]
+ViTL16 = _CONSTRUCTORS["L/16"]
+ViTL32 = _CONSTRUCTORS["L/32"]
+ViTH14 = _CONSTRUCTORS["H/14"]
+ViTRTi16 = _CONSTRUCTORS["R+Ti/16"]
+ViTR26S32 = _CONSTRUCTORS["R26+S/32"]
+ViTR50B16 = _CONSTRUCTORS["R50+B/16"]
+ViTR26B32 = _CONSTRUCTORS["R26+B/32"]
+ViTR50L32 = _CONSTRUCTORS["R50+L/32"]
+
+
+def preprocess_input(images, include_preprocessing=True):
+    """Prepare RGB images for a vit_keras model.
+
+    Models built with `include_preprocessing=True` (the default) rescale inside the graph, so this
+    returns the images unchanged, as float32. For a model built with `include_preprocessing=False`,
+    pass `include_preprocessing=False` to map [0, 255] to the [-1, 1] range the checkpoints expect.
+
+    Example:
+        >>> preprocess_input(np.array([[0.0, 255.0]]), include_preprocessing=False)
+        array([[-1.,  1.]], dtype=float32)
+    """
+    images = np.asarray(keras.ops.convert_to_numpy(images), dtype=np.float32)
+    if include_preprocessing:
+        return images
+    return images / np.float32(127.5) - np.float32(1.0)
+
+
+@functools.cache
+def imagenet_classes() -> tuple[tuple[str, str], ...]:
+    """The 1,000 ImageNet-1k classes as (WordNet id, name), in the order of the checkpoints' heads.
+
+    Example:
+        >>> imagenet_classes()[285]
+        ('n02124075', 'Egyptian_cat')
+    """
+    text = importlib.resources.files("vit_keras.resources").joinpath("imagenet1k_classes.tsv").read_text()
+    return tuple(tuple(line.split("\t")) for line in text.splitlines() if line)
+
+
+def decode_predictions(preds, top=5):
+    """Turn ImageNet-1k scores into `[(wnid, class_name, score), ...]` per image, best first.
+
+    Example:
+        >>> decode_predictions(np.eye(1000)[[285]], top=1)
+        [[('n02124075', 'Egyptian_cat', 1.0)]]
+    """
+    preds = np.asarray(keras.ops.convert_to_numpy(preds))
+    classes = imagenet_classes()
+    if preds.ndim != 2 or preds.shape[1] != len(classes):
+        raise ValueError(
+            f"decode_predictions expects a (batch, {len(classes)}) array of ImageNet-1k scores, got shape "
+            f"{preds.shape}; use a model with classes=1000."
+        )
+    top = _positive_int("top", top)
+    results = []
+    for row in preds:
+        best = np.argsort(-row, kind="stable")[:top]
+        results.append([(*classes[i], float(row[i])) for i in best])
+    return results
