@@ -1,0 +1,218 @@
+"""Downloads: Keras cache, integrity checks, and refusal of anything truncated, altered or pickled.
+
+Served from file:// URLs and from a local http.server on 127.0.0.1 that states an md5 like Google Cloud Storage
+(`x-goog-hash: md5=<base64>`). The Keras cache points at tmp_path (KERAS_HOME).
+"""
+
+import base64
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import threading
+
+import keras
+import numpy as np
+import pytest
+
+import vit_keras
+from vit_keras.weights import download, registry
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "vitjax_token_raw")
+ARCH = dict(image_size=64, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96, classes=7,
+            include_preprocessing=False, classifier_activation=None)
+TOLERANCE = 2e-5
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    home = tmp_path / "keras_home"
+    monkeypatch.setenv("KERAS_HOME", str(home))
+    return home / "vit_keras"
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    path = tmp_path / "served" / "checkpoint.npz"
+    path.parent.mkdir()
+    shutil.copy(os.path.join(FIXTURE, "checkpoint.npz"), path)
+    return path
+
+
+def _sha256(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def _expected_logits_ok(model):
+    x = np.load(os.path.join(FIXTURE, "input.npy"))
+    expected = np.load(os.path.join(FIXTURE, "expected.npy"))
+    out = np.asarray(keras.ops.convert_to_numpy(model(x, training=False)))
+    return np.abs(out - expected).max() <= TOLERANCE
+
+
+def _cached_files(cache):
+    return sorted(p for p in os.listdir(cache) if p != download.PINS_FILE) if os.path.isdir(cache) else []
+
+
+class _Server:
+    """127.0.0.1 HTTP server: path -> (body, md5 it states or None, 'ok' | 'interrupt')."""
+
+    def __init__(self):
+        self.routes = {}
+        routes = self.routes
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _headers(self):
+                body, md5, _ = routes[self.path]
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                if md5 is not None:
+                    self.send_header("x-goog-hash", "crc32c=AAAAAA==")
+                    self.send_header("x-goog-hash", "md5=" + base64.b64encode(md5).decode())
+                self.end_headers()
+
+            def do_HEAD(self):  # noqa: N802
+                self._headers()
+
+            def do_GET(self):  # noqa: N802
+                body, _, mode = routes[self.path]
+                self._headers()
+                self.wfile.write(body[: len(body) // 2] if mode == "interrupt" else body)
+                if mode == "interrupt":
+                    self.wfile.flush()
+                    self.close_connection = True
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def add(self, path, body, md5="auto", mode="ok"):
+        self.routes[path] = (body, hashlib.md5(body).digest() if md5 == "auto" else md5, mode)
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}{path}"
+
+
+@pytest.fixture
+def server():
+    s = _Server()
+    yield s
+    s.httpd.shutdown()
+    s.httpd.server_close()
+
+
+def test_file_url_with_sha256_loads(cache, checkpoint):
+    model = vit_keras.ViT(**ARCH)
+    vit_keras.load_weights(model, checkpoint.as_uri(), sha256=_sha256(checkpoint))
+    assert _expected_logits_ok(model)
+    assert _cached_files(cache) == ["checkpoint.npz"]
+
+
+def test_file_url_without_any_checksum_is_refused(cache, checkpoint):
+    with pytest.raises(ValueError, match="No checksum is known.*sha256="):
+        vit_keras.ViT(**ARCH, weights=checkpoint.as_uri())
+    assert _cached_files(cache) == []
+
+
+def test_wrong_sha256_is_refused_and_deleted(cache, checkpoint):
+    with pytest.raises(ValueError, match="does not match its sha256.*deleted"):
+        vit_keras.load_weights(vit_keras.ViT(**ARCH), checkpoint.as_uri(), sha256="0" * 64)
+    assert _cached_files(cache) == []
+
+
+def test_truncated_file_is_refused(cache, checkpoint, tmp_path):
+    truncated = tmp_path / "served" / "truncated.npz"
+    data = checkpoint.read_bytes()
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="does not match"):
+        vit_keras.load_weights(vit_keras.ViT(**ARCH), truncated.as_uri(), sha256=_sha256(checkpoint))
+    assert _cached_files(cache) == []
+
+
+def test_registered_name_downloads_verifies_and_loads(cache, checkpoint, monkeypatch):
+    entry = registry.WeightsEntry("X/8", "tiny", checkpoint.as_uri(), 64, 7, sha256=_sha256(checkpoint))
+    monkeypatch.setitem(registry.REGISTRY, entry.key, entry)
+    model = vit_keras.ViT(**ARCH, weights="X/8:tiny")
+    assert _expected_logits_ok(model)
+    # A cached file that was altered afterwards is noticed and replaced by a verified download.
+    cached = cache / entry.filename
+    cached.write_bytes(b"corrupted")
+    model = vit_keras.ViT(**ARCH, weights="X/8:tiny")
+    assert _expected_logits_ok(model)
+    assert _sha256(cached) == entry.sha256
+
+
+def test_http_server_md5_verified_then_sha256_pinned(cache, checkpoint, server):
+    body = checkpoint.read_bytes()
+    url = server.add("/vit_models/ckpt.npz", body)
+    model = vit_keras.ViT(**ARCH, weights=url)
+    assert _expected_logits_ok(model)
+    with open(cache / download.PINS_FILE) as f:
+        assert json.load(f) == {url: hashlib.sha256(body).hexdigest()}
+
+    # The pin now rules: a different object at the same address (with a matching md5) is refused and removed.
+    os.remove(cache / "ckpt.npz")
+    altered = body.replace(b"Transformer", b"Transformex", 1)
+    server.add("/vit_models/ckpt.npz", altered)
+    with pytest.raises(ValueError, match="does not match its sha256"):
+        vit_keras.ViT(**ARCH, weights=url)
+    assert _cached_files(cache) == []
+
+
+def test_http_server_stating_a_wrong_md5_is_refused(cache, checkpoint, server):
+    url = server.add("/bad_md5.npz", checkpoint.read_bytes(), md5=hashlib.md5(b"something else").digest())
+    with pytest.raises(ValueError, match="does not match its md5"):
+        vit_keras.ViT(**ARCH, weights=url)
+    assert _cached_files(cache) == [] and not os.path.exists(cache / download.PINS_FILE)
+
+
+def test_http_server_without_hash_is_refused(cache, checkpoint, server):
+    url = server.add("/no_hash.npz", checkpoint.read_bytes(), md5=None)
+    with pytest.raises(ValueError, match="states none"):
+        vit_keras.ViT(**ARCH, weights=url)
+    model = vit_keras.ViT(**ARCH)
+    vit_keras.load_weights(model, url, sha256=_sha256(checkpoint))  # an explicit pin is enough
+    assert _expected_logits_ok(model)
+
+
+def test_interrupted_download_is_refused(cache, checkpoint, server):
+    url = server.add("/interrupted.npz", checkpoint.read_bytes(), mode="interrupt")
+    with pytest.raises(ValueError, match="failed|does not match"):
+        vit_keras.ViT(**ARCH, weights=url)
+    assert _cached_files(cache) == [] and not os.path.exists(cache / download.PINS_FILE)
+
+
+def test_pickle_bearing_npz_is_refused_and_removed(cache, tmp_path, server):
+    params = dict(np.load(os.path.join(FIXTURE, "checkpoint.npz")))
+    params["cls"] = np.array([{"__reduce__": "payload"}], dtype=object)
+    path = tmp_path / "pickled.npz"
+    np.savez(path, **params)
+    url = server.add("/pickled.npz", path.read_bytes())
+    with pytest.raises(ValueError, match="pickled object array.*never unpickles"):
+        vit_keras.ViT(**ARCH, weights=url)
+    assert _cached_files(cache) == []
+    assert json.load(open(cache / download.PINS_FILE)) == {}
+    with pytest.raises(ValueError, match="pickled object array"):
+        vit_keras.ViT(**ARCH, weights=str(path))  # a local file is refused the same way (and left alone)
+    assert path.exists()
+
+
+def test_named_constructor_resolves_imagenet_through_the_registry(cache, tmp_path, monkeypatch):
+    """ViTTi16(weights="imagenet") -> the registry's pick for Ti/16 at the model's size -> verified download ->
+    every variable loaded (the served checkpoint is another random Ti/16 written in the Google layout)."""
+    from vit_keras.weights.assign import model_slots
+
+    source = vit_keras.ViTTi16(image_size=32, weights=None)
+    rng = np.random.default_rng(0)
+    params = {key: rng.normal(size=slot.shape).astype(np.float32) for key, slot in model_slots(source).items()}
+    path = tmp_path / "ti16.npz"
+    np.savez(path, **params)
+    chosen = registry.find("Ti/16", "imagenet", (32, 32))
+    assert chosen.name == "augreg-imagenet21k+imagenet2012-224"
+    monkeypatch.setitem(registry.REGISTRY, chosen.key, registry.WeightsEntry(
+        "Ti/16", chosen.name, path.as_uri(), 224, 1000, sha256=_sha256(path)))
+    model = vit_keras.ViTTi16(image_size=32, weights="imagenet")
+    for key, slot in model_slots(model).items():
+        np.testing.assert_array_equal(slot.variable.numpy(), params[key].reshape(slot.variable.shape), err_msg=key)

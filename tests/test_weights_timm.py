@@ -1,0 +1,116 @@
+"""timm parity: its state-dict layout (saved as .safetensors) and its own Google-npz reader (`_load_weights`).
+
+timm needs torchvision, installed with --no-deps beside the CPU torch (see the Makefile and tests/conftest.py).
+Tolerance: max |diff| <= 2e-5 * max(1, max |reference|), float32.
+"""
+
+import functools
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import vit_keras
+
+torch = pytest.importorskip("torch")
+timm = pytest.importorskip("timm")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+from timm.models.vision_transformer import VisionTransformer, _load_weights  # noqa: E402
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+TOLERANCE = 2e-5
+ARCH = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96, include_preprocessing=False,
+            classifier_activation=None)
+
+
+def _timm_model(image=32, classes=5, **kwargs):
+    return VisionTransformer(img_size=image, patch_size=8, embed_dim=48, depth=2, num_heads=3, mlp_ratio=2.0,
+                             num_classes=classes, **kwargs)
+
+
+def _randomise(model, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
+    return model.eval()
+
+
+def _save(model, path):
+    safetensors_torch.save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    return str(path)
+
+
+def _torch_logits(model, x):
+    with torch.no_grad():
+        return model(torch.from_numpy(x.transpose(0, 3, 1, 2))).numpy()
+
+
+def _logits(model, x):
+    return np.asarray(keras.ops.convert_to_numpy(model(x, training=False)), np.float32)
+
+
+def _check(out, reference):
+    assert out.shape == reference.shape
+    assert np.abs(out - reference).max() <= TOLERANCE * max(1.0, np.abs(reference).max())
+
+
+def test_timm_state_dict_token(tmp_path):
+    reference_model = _randomise(_timm_model(), seed=1)
+    path = _save(reference_model, tmp_path / "vit.safetensors")
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
+    model = vit_keras.ViT(image_size=32, classes=5, weights=path, **ARCH)
+    block = model.get_layer("Transformer_encoderblock_0")
+    assert block.mlp.gelu_approximate is False and block.norm_1.epsilon == 1e-6  # timm: erf GELU, eps 1e-6
+    _check(_logits(model, x), _torch_logits(reference_model, x))
+
+
+def test_timm_state_dict_gap_without_fc_norm(tmp_path):
+    """timm's avg pooling after `norm` (fc_norm=False) is vit_jax's gap."""
+    reference_model = _randomise(_timm_model(class_token=False, global_pool="avg", fc_norm=False), seed=2)
+    path = _save(reference_model, tmp_path / "vit.safetensors")
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
+    model = vit_keras.ViT(image_size=32, classes=5, classifier="gap", weights=path, **ARCH)
+    _check(_logits(model, x), _torch_logits(reference_model, x))
+
+
+def test_timm_fc_norm_is_refused(tmp_path):
+    path = _save(_timm_model(class_token=False, global_pool="avg"), tmp_path / "vit.safetensors")
+    with pytest.raises(ValueError, match="fc_norm"):
+        vit_keras.ViT(image_size=32, classes=5, classifier="gap", weights=path, **ARCH)
+
+
+def test_timm_load_weights_of_a_google_npz_agrees(tmp_path):
+    """timm's own `_load_weights` reads the vit_jax fixture; its state dict, loaded through our timm path, gives
+    the vit_jax reference logits (tanh GELU as the checkpoint was trained)."""
+    with open(os.path.join(FIXTURES, "vitjax_token_raw", "meta.json")) as f:
+        meta = json.load(f)
+    npz = os.path.join(FIXTURES, "vitjax_token_raw", "checkpoint.npz")
+    x = np.load(os.path.join(FIXTURES, "vitjax_token_raw", "input.npy"))
+    expected = np.load(os.path.join(FIXTURES, "vitjax_token_raw", "expected.npy"))
+    reference_model = _timm_model(image=64, classes=7, act_layer=functools.partial(torch.nn.GELU, approximate="tanh"))
+    _load_weights(reference_model, npz)
+    reference_model.eval()
+    _check(_torch_logits(reference_model, x), expected)  # timm reads the npz as vit_jax means it
+    path = _save(reference_model, tmp_path / "from_npz.safetensors")
+    # A timm file says "erf GELU"; this one was trained with tanh, so we ask for it and are warned.
+    with pytest.warns(UserWarning, match="gelu_approximate=True but the checkpoint was trained with False"):
+        model = vit_keras.ViT(**meta["kwargs"], weights=path, classifier_activation=None)
+    _check(_logits(model, x), expected)
+
+
+def test_convert_a_timm_file(tmp_path):
+    """`vit-keras convert` reads the architecture off a timm file (heads from the variant table / width 64)."""
+    from vit_keras.cli import main as cli_main
+
+    reference_model = VisionTransformer(img_size=32, patch_size=16, embed_dim=192, depth=1, num_heads=3,
+                                        mlp_ratio=4.0, num_classes=4)
+    _randomise(reference_model, seed=4)
+    path = _save(reference_model, tmp_path / "ti.safetensors")
+    destination = str(tmp_path / "ti.keras")
+    assert cli_main(["convert", path, destination]) == 0
+    model = keras.saving.load_model(destination)
+    x = np.random.default_rng(2).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
+    _check(_logits(model, x * 127.5 + 127.5), _torch_logits(reference_model, x))

@@ -1,0 +1,279 @@
+"""Where a model's weights come from: Google `.npz`, timm `.safetensors`, Hugging Face directories, Keras
+`.weights.h5`, URLs and registered names; read without pickle, mapped by name, all or nothing.
+
+`describe(weights)` resolves a `weights=` argument before the model is built (so the model can take the source's
+GELU flavour, LayerNorm epsilon and representation layer); `load_into(model, info)` fills the built model.
+`load_weights(model, source)` does both for an existing model; `list_weights()` shows the registered checkpoints.
+
+Example:
+    >>> from vit_keras import weights
+    >>> weights.describe(None) is None
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import warnings
+from collections.abc import Callable
+
+from vit_keras.weights import download, google, hf, registry, timm
+from vit_keras.weights.assign import assign_params
+from vit_keras.weights.registry import REGISTRY, WeightsEntry
+from vit_keras.weights.resample import INTERPOLATIONS
+from vit_keras.weights.safetensors_io import read_safetensors, refuse_pickle
+
+logger = logging.getLogger("vit_keras.weights")
+
+KERAS_WEIGHTS_SUFFIX = ".weights.h5"
+GOOGLE_LAYER_NORM_EPSILON = 1e-6
+TIMM_LAYER_NORM_EPSILON = 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointInfo:
+    """What a weights source says about the model it fits; `None` fields leave the choice to the caller.
+
+    `read(num_heads)` returns the canonical parameter dict (vit_jax raw names).
+
+    Example:
+        >>> CheckpointInfo(path="m.weights.h5", format="keras").format
+        'keras'
+    """
+
+    path: str
+    format: str
+    gelu_approximate: bool | None = None
+    layer_norm_epsilon: float | None = None
+    classes: int | None = None
+    representation_size: int | None = None
+    source_grid: tuple[int, int] | None = None
+    reader: Callable | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def read(self, num_heads: int | None = None) -> dict:
+        if self.reader is None:
+            raise ValueError(f"{self.path!r} ({self.format}) has no parameter dict; it is loaded by Keras.")
+        return self.reader(num_heads)
+
+
+def _shape_or_none(params, key, axis=-1):
+    value = params.get(key)
+    return None if value is None else int(value.shape[axis])
+
+
+def _google_info(path) -> CheckpointInfo:
+    params = google.read_npz(path)
+    return CheckpointInfo(
+        path=path, format="google_npz", gelu_approximate=True, layer_norm_epsilon=GOOGLE_LAYER_NORM_EPSILON,
+        classes=_shape_or_none(params, "head/bias"), representation_size=_shape_or_none(params, "pre_logits/bias"),
+        reader=lambda num_heads: params,
+    )
+
+
+def _hf_info(directory) -> CheckpointInfo:
+    params, config = hf.read_hf_dir(directory)
+    size = config.get("image_size", 224)
+    size = (size, size) if isinstance(size, int) else tuple(size)
+    patch = config.get("patch_size", 16)
+    grid = (size[0] // patch, size[1] // patch)
+    return CheckpointInfo(
+        path=directory, format="hf", gelu_approximate=hf.gelu_approximate(config),
+        layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
+        classes=_shape_or_none(params, "head/bias"), representation_size=_shape_or_none(params, "pre_logits/bias"),
+        source_grid=grid, reader=lambda num_heads: params,
+    )
+
+
+def _safetensors_info(path) -> CheckpointInfo:
+    sibling = os.path.dirname(os.path.abspath(path))
+    if hf.is_hf_dir(sibling) and os.path.basename(path) == hf.WEIGHTS_NAME:
+        return _hf_info(sibling)
+    tensors = read_safetensors(path)
+    if not timm.looks_like_timm(tensors):
+        raise ValueError(
+            f"{path!r} is neither a timm ViT state dict (blocks.*, patch_embed.*) nor next to a Hugging Face "
+            "config.json; pass the Hugging Face directory instead of the bare file."
+        )
+    head = tensors.get("head.weight")
+
+    def reader(num_heads):
+        if num_heads is None:
+            raise ValueError("timm checkpoints do not store the number of heads; load them into a model.")
+        return timm.canonicalize(tensors, num_heads)
+
+    rep = tensors.get("pre_logits.fc.weight")
+    return CheckpointInfo(
+        path=path, format="timm", gelu_approximate=False, layer_norm_epsilon=TIMM_LAYER_NORM_EPSILON,
+        classes=None if head is None else int(head.shape[0]), representation_size=None if rep is None else
+        int(rep.shape[0]), reader=reader,
+    )
+
+
+def _downloaded_info(path, origin, cache_dir) -> CheckpointInfo:
+    try:
+        return _local_info(path)
+    except ValueError:
+        # A verified download that cannot be read (e.g. it holds pickled objects) must not stay in the cache.
+        download.forget(origin, cache_dir=cache_dir, filename=os.path.basename(path))
+        raise
+
+
+def _local_info(path) -> CheckpointInfo:
+    lower = path.lower()
+    refuse_pickle(path)
+    if lower.endswith(KERAS_WEIGHTS_SUFFIX):
+        return CheckpointInfo(path=path, format="keras")
+    if lower.endswith(".keras"):
+        raise ValueError(f"{path!r} is a whole saved model: open it with keras.saving.load_model({path!r}).")
+    if os.path.isdir(path):
+        if hf.is_hf_dir(path):
+            return _hf_info(path)
+        raise ValueError(f"{path!r} is a directory without config.json; pass a Hugging Face save_pretrained "
+                         "directory or a checkpoint file.")
+    if not os.path.isfile(path):
+        raise ValueError(f"Weights file {path!r} does not exist; check the path.")
+    if lower.endswith(".npz"):
+        return _google_info(path)
+    if lower.endswith(".safetensors"):
+        return _safetensors_info(path)
+    raise ValueError(
+        f"Cannot tell the format of {path!r}: use a Google .npz, a timm .safetensors, a Hugging Face directory "
+        f"or a Keras '{KERAS_WEIGHTS_SUFFIX}' file."
+    )
+
+
+def describe(weights, *, architecture: dict | None = None, image_size=None, sha256: str | None = None,
+             cache_dir: str | None = None) -> CheckpointInfo | None:
+    """Resolve the `weights=` argument of the model constructors, before the model is built.
+
+    `weights` is None, a registered name (`"imagenet21k"`, `"imagenet"`, ... for the variant that
+    `architecture` matches; `"B/16:imagenet21k"` anywhere), a path (Google `.npz`, timm `.safetensors`, a Hugging
+    Face directory, a Keras `.weights.h5`) or an http(s)/file URL of one.
+
+    Example:
+        >>> describe("model.weights.h5").format
+        'keras'
+    """
+    if weights is None or isinstance(weights, CheckpointInfo):
+        return weights
+    if not isinstance(weights, str | os.PathLike):
+        raise ValueError(f"Unsupported `weights` value {weights!r}: pass None, a registered name (see "
+                         "vit_keras.list_weights()), a checkpoint path or a URL.")
+    source = os.fspath(weights)
+    if download.is_url(source):
+        refuse_pickle(source)
+        path = download.fetch(source, sha256=sha256, cache_dir=cache_dir)
+        return _downloaded_info(path, source, cache_dir)
+    registered = ":" in source and source in REGISTRY
+    if not registered and (os.sep in source or os.path.exists(source) or "." in os.path.basename(source)):
+        return _local_info(source)
+    variant = registry.variant_of(architecture) if architecture else None
+    entry = registry.find(variant, source, image_size=image_size)
+    if variant is not None and entry.variant != variant:
+        raise ValueError(f"{entry.key!r} is a ViT-{entry.variant} checkpoint but this model is ViT-{variant}.")
+    path = download.fetch(entry.url, sha256=sha256 or entry.sha256, cache_dir=cache_dir, filename=entry.filename)
+    return _downloaded_info(path, entry.url, cache_dir)
+
+
+def architecture_of(model) -> dict:
+    """The architecture arguments of a built vit_keras model (for registry look-ups and conversion).
+
+    Example:
+        >>> architecture_of(model)["hidden_size"]  # doctest: +SKIP
+        768
+    """
+    encoder = model.get_layer("patch_encoder")
+    blocks = [layer for layer in model.layers if layer.name.startswith("Transformer_encoderblock_")]
+    resnet = None
+    try:
+        resnet = model.get_layer("resnet").config
+    except ValueError:
+        pass
+    attention = blocks[0].attention if blocks else None
+    return {
+        "patch_size": model.get_layer("patches").patch_size,
+        "hidden_size": encoder.hidden_size,
+        "num_layers": len(blocks),
+        "num_heads": getattr(attention, "num_heads", None) if attention is not None else None,
+        "mlp_dim": blocks[0].mlp.mlp_dim if blocks else None,
+        "resnet": resnet,
+        "classifier": encoder.classifier,
+    }
+
+
+def _check_numerics(model, info: CheckpointInfo) -> None:
+    blocks = [layer for layer in model.layers if layer.name.startswith("Transformer_encoderblock_")]
+    if not blocks:
+        return
+    mismatches = []
+    gelu = blocks[0].mlp.gelu_approximate
+    if info.gelu_approximate is not None and gelu != info.gelu_approximate:
+        mismatches.append(f"gelu_approximate={gelu} but the checkpoint was trained with {info.gelu_approximate}")
+    eps = model.get_layer("encoder_norm").epsilon
+    if info.layer_norm_epsilon is not None and abs(eps - info.layer_norm_epsilon) > 1e-15:
+        mismatches.append(f"layer_norm_epsilon={eps} but the checkpoint used {info.layer_norm_epsilon}")
+    if mismatches:
+        message = (f"{info.path}: the model's {'; '.join(mismatches)}. Outputs will differ from the reference; "
+                   "rebuild with gelu_approximate=None, layer_norm_epsilon=None to follow the checkpoint.")
+        logger.warning(message)
+        warnings.warn(message, UserWarning, stacklevel=4)
+
+
+def load_into(model, info: CheckpointInfo, *, interpolation: str = "linear", source_grid=None) -> None:
+    """Load the weights `info` describes into the already-built `model`, all of them or none.
+
+    Example:
+        >>> load_into(model, describe("model.weights.h5"))  # doctest: +SKIP
+    """
+    if info.format == "keras":
+        if not os.path.isfile(info.path):
+            raise ValueError(f"Weights file {info.path!r} does not exist; check the path.")
+        try:
+            model.load_weights(info.path)
+        except ValueError as error:
+            raise ValueError(
+                f"{info.path!r} does not fit this model ({error}); build the model with the same "
+                "arguments as the one that saved the weights."
+            ) from error
+        return
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(f"`interpolation` must be one of {INTERPOLATIONS}, got {interpolation!r}.")
+    _check_numerics(model, info)
+    params = info.read(architecture_of(model)["num_heads"])
+    assign_params(model, params, source=info.path, source_grid=source_grid or info.source_grid,
+                  interpolation=interpolation)
+
+
+def load_weights(model, source, *, interpolation: str = "linear", source_grid=None, sha256: str | None = None,
+                 cache_dir: str | None = None):
+    """Load any supported checkpoint into an existing vit_keras model and return the model.
+
+    `source`: a registered name (for the model's variant), a Google `.npz`, a timm `.safetensors`, a Hugging Face
+    directory, a `.weights.h5`, or an http(s)/file URL. Position embeddings are resampled to the model's grid
+    (`interpolation="linear"`: vit_jax; `"bicubic"`: Hugging Face `interpolate_pos_encoding`). `source_grid`
+    gives the stored grid when it is not square. `sha256` pins a URL's content.
+
+    Example:
+        >>> model = vit_keras.ViTB16(image_size=384, weights=None)  # doctest: +SKIP
+        >>> vit_keras.load_weights(model, "imagenet21k+imagenet2012")  # doctest: +SKIP
+    """
+    image_size = tuple(model.input_shape[1:3])
+    info = describe(source, architecture=architecture_of(model), image_size=image_size, sha256=sha256,
+                    cache_dir=cache_dir)
+    load_into(model, info, interpolation=interpolation, source_grid=source_grid)
+    return model
+
+
+def list_weights(variant: str | None = None) -> list[WeightsEntry]:
+    """The registered checkpoints (all, or one variant's), with URL, resolution, classes and published top-1.
+
+    Example:
+        >>> [e.name for e in list_weights("B/16")][:2]
+        ['imagenet21k', 'imagenet21k+imagenet2012']
+    """
+    return [entry for entry in REGISTRY.values() if variant is None or entry.variant == variant]
+
+
+__all__ = ["CheckpointInfo", "architecture_of", "describe", "list_weights", "load_into", "load_weights"]

@@ -1,0 +1,140 @@
+"""Read Google ViT `.npz` checkpoints (vit_jax, AugReg, big_vision) into the canonical parameter dict.
+
+The canonical dict uses the raw names of the public `gs://vit_models` files (`Transformer/encoderblock_{i}/
+MultiHeadDotProductAttention_1/...`, `MlpBlock_3`, `LayerNorm_0/2`), float32 arrays, GroupNorm parameters as
+`(C,)` vectors. Every other Google layout is rewritten into it: Linen names, the `opt/target/` prefix, big_vision's
+`params/` (or `params/img/`) prefix, top-level `pos_embedding`, scanned blocks stored with a leading layer axis and
+arrays stored as bfloat16.
+
+Example:
+    >>> params = read_npz("ViT-B_16.npz")  # doctest: +SKIP
+    >>> params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"].shape  # doctest: +SKIP
+    (768, 3072)
+"""
+
+from __future__ import annotations
+
+import re
+import zipfile
+
+import ml_dtypes
+import numpy as np
+
+POS_EMBEDDING_KEY = "Transformer/posembed_input/pos_embedding"
+_PREFIXES = ("opt/target/", "params/img/", "params/")
+# Linen module names inside an encoder block -> the raw (pre-Linen) names of the public files.
+_LINEN_TO_RAW = {
+    "LayerNorm_0": "LayerNorm_0",
+    "MultiHeadDotProductAttention_0": "MultiHeadDotProductAttention_1",
+    "LayerNorm_1": "LayerNorm_2",
+    "MlpBlock_0": "MlpBlock_3",
+}
+_SCANNED_BLOCK = re.compile(r"^Transformer/encoderblock/(.+)$")
+_BLOCK = re.compile(r"^(Transformer/encoderblock_\d+)/([^/]+)/(.+)$")
+_GROUP_NORM = re.compile(r"(^|/)(gn_root|gn\d|gn_proj)/(scale|bias)$")
+
+
+def _as_float32(name: str, array: np.ndarray) -> np.ndarray:
+    if array.dtype == np.dtype("V2"):
+        # bfloat16 has no NumPy type code, so np.save writes it as raw 2-byte records.
+        array = array.view(ml_dtypes.bfloat16)
+    if array.dtype == np.dtype(ml_dtypes.bfloat16) or np.issubdtype(array.dtype, np.floating):
+        return np.asarray(array, dtype=np.float32)
+    raise ValueError(f"Checkpoint entry {name!r} has dtype {array.dtype}; expected floating-point weights.")
+
+
+def load_npz_arrays(path: str) -> dict[str, np.ndarray]:
+    """Every array of an `.npz` file, read without pickle.
+
+    Example:
+        >>> arrays = load_npz_arrays("checkpoint.npz")  # doctest: +SKIP
+    """
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except (zipfile.BadZipFile, EOFError, OSError) as error:
+        raise ValueError(f"{path!r} is not a readable .npz file ({error}); it may be truncated. "
+                         "Download it again.") from error
+    except ValueError as error:  # numpy tried to read a pickle and was not allowed to
+        raise ValueError(f"{path!r} is not an .npz archive (pickled or corrupt data); vit_keras never "
+                         "unpickles checkpoints.") from error
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path!r} holds a single array, not an .npz archive of named weights.")
+    arrays = {}
+    with npz:
+        try:
+            for name in npz.files:
+                arrays[name] = npz[name]
+        except ValueError as error:
+            if "allow_pickle" in str(error):
+                raise ValueError(
+                    f"{path!r} entry {name!r} is a pickled object array; vit_keras never unpickles "
+                    "checkpoints (pickle can run code). Re-save the weights as plain numeric arrays."
+                ) from error
+            raise
+        except (zipfile.BadZipFile, EOFError, OSError) as error:
+            raise ValueError(f"{path!r} is corrupt or truncated ({error}); download it again.") from error
+    return arrays
+
+
+def _model_parameters(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Keep the model parameters only: under `opt/target/` or `params/` when the file has such a prefix (the
+    rest is optimizer state, step counters or other towers), with the prefix removed; float32."""
+    for prefix in _PREFIXES:
+        if any(name.startswith(prefix) for name in arrays):
+            arrays = {name[len(prefix) :]: value for name, value in arrays.items() if name.startswith(prefix)}
+            break
+    return {name: _as_float32(name, value) for name, value in arrays.items()}
+
+
+def canonicalize(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Rewrite any supported Google layout into the canonical raw-name dict.
+
+    Example:
+        >>> canonicalize({"params/pos_embedding": np.zeros((1, 5, 8))}).keys()
+        dict_keys(['Transformer/posembed_input/pos_embedding'])
+    """
+    out: dict[str, np.ndarray] = {}
+
+    def put(name, value):
+        if name in out:
+            raise ValueError(f"The checkpoint holds {name!r} twice (under two layouts); it is ambiguous.")
+        out[name] = value
+
+    for name, value in _model_parameters(arrays).items():
+        if name.startswith("MAPHead_0/"):
+            raise ValueError(
+                "This checkpoint has a MAP (attention-pooling) head (`MAPHead_0`), which vit_keras does not "
+                "implement; use a checkpoint with classifier 'token' or 'gap'."
+            )
+        if name == "pos_embedding":
+            name = POS_EMBEDDING_KEY
+        scanned = _SCANNED_BLOCK.match(name)
+        if scanned:
+            for i, layer_value in enumerate(value):
+                put(f"Transformer/encoderblock_{i}/{scanned.group(1)}", layer_value)
+            continue
+        put(name, value)
+
+    result: dict[str, np.ndarray] = {}
+    for name, value in out.items():
+        block = _BLOCK.match(name)
+        if block:
+            prefix, module, rest = block.groups()
+            module = _LINEN_TO_RAW.get(module, module)
+            name = f"{prefix}/{module}/{rest}"
+        if _GROUP_NORM.search(name):
+            value = value.reshape(-1)  # pre-flax-0.3.6 files store GroupNorm params as (1, 1, 1, C)
+        if name in result:
+            raise ValueError(f"The checkpoint holds {name!r} under both Linen and raw names; it is ambiguous.")
+        result[name] = value
+    return result
+
+
+def read_npz(path: str) -> dict[str, np.ndarray]:
+    """Read a Google `.npz` checkpoint into the canonical parameter dict (float32, raw vit_jax names).
+
+    Example:
+        >>> read_npz("ViT-B_16.npz")["cls"].shape  # doctest: +SKIP
+        (1, 1, 768)
+    """
+    return canonicalize(load_npz_arrays(path))

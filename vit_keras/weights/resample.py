@@ -1,0 +1,121 @@
+"""Resample learned position embeddings to another patch grid, keeping the prefix (class) tokens apart.
+
+`interpolation="linear"` (the default) is vit_jax's `checkpoint.interpolate_posembed` exactly:
+`scipy.ndimage.zoom(grid, (gh_new / gh_old, gw_new / gw_old, 1), order=1)`, i.e. bilinear with corner-aligned
+sample points, generalised to rectangular grids with one zoom factor per axis. `interpolation="bicubic"` is
+Hugging Face's `interpolate_pos_encoding`: torch bicubic (a = -0.75) with half-pixel sample points
+(`align_corners=False`) and clamped borders.
+
+Example:
+    >>> table = np.zeros((1, 1 + 8 * 8, 16), np.float32)
+    >>> resample_position_embeddings(table, (12, 12), num_prefix_tokens=1).shape
+    (1, 145, 16)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.ndimage
+
+INTERPOLATIONS = ("linear", "bicubic")
+_TORCH_CUBIC_A = -0.75
+
+
+def infer_grid(num_patches: int, grid=None) -> tuple[int, int]:
+    """The (rows, cols) of a stored table of `num_patches` patch embeddings.
+
+    A given `grid` is checked; otherwise the grid must be square.
+
+    Example:
+        >>> infer_grid(196)
+        (14, 14)
+    """
+    if grid is not None:
+        grid = (int(grid[0]), int(grid[1]))
+        if grid[0] * grid[1] != num_patches:
+            raise ValueError(f"A {grid[0]}x{grid[1]} grid has {grid[0] * grid[1]} patches, but the table holds "
+                             f"{num_patches}.")
+        return grid
+    side = math.isqrt(num_patches)
+    if side * side != num_patches:
+        raise ValueError(
+            f"The checkpoint's {num_patches} position embeddings do not form a square grid and the checkpoint "
+            "does not say its grid; pass `source_grid=(rows, cols)`."
+        )
+    return side, side
+
+
+def _cubic_weights(t: np.ndarray) -> np.ndarray:
+    """Keys' cubic convolution weights (torch's a = -0.75) for the 4 taps around each fractional offset t."""
+    a = _TORCH_CUBIC_A
+
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], axis=-1)
+
+
+def _bicubic_matrix(in_size: int, out_size: int) -> np.ndarray:
+    """(out, in) matrix of torch's bicubic resize along one axis, align_corners=False, borders clamped."""
+    scale = in_size / out_size
+    src = (np.arange(out_size, dtype=np.float64) + 0.5) * scale - 0.5
+    base = np.floor(src)
+    weights = _cubic_weights(src - base)
+    matrix = np.zeros((out_size, in_size), np.float64)
+    for tap in range(4):
+        index = np.clip(base.astype(np.int64) - 1 + tap, 0, in_size - 1)
+        np.add.at(matrix, (np.arange(out_size), index), weights[:, tap])
+    return matrix
+
+
+def resample_grid(grid: np.ndarray, new_grid, interpolation: str = "linear") -> np.ndarray:
+    """Resize a (rows, cols, D) embedding grid to `new_grid` = (rows', cols').
+
+    Example:
+        >>> resample_grid(np.zeros((8, 8, 4), np.float32), (12, 16)).shape
+        (12, 16, 4)
+    """
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(f"`interpolation` must be one of {INTERPOLATIONS}, got {interpolation!r}.")
+    rows, cols, _ = grid.shape
+    new_rows, new_cols = int(new_grid[0]), int(new_grid[1])
+    if (rows, cols) == (new_rows, new_cols):
+        return grid
+    if interpolation == "linear":
+        zoom = (new_rows / rows, new_cols / cols, 1)
+        out = scipy.ndimage.zoom(grid, zoom, order=1)
+        if out.shape[:2] != (new_rows, new_cols):  # zoom rounds the output size; guard against drift
+            raise ValueError(f"Resampling {rows}x{cols} to {new_rows}x{new_cols} gave {out.shape[:2]}.")
+        return out
+    row_matrix = _bicubic_matrix(rows, new_rows)
+    col_matrix = _bicubic_matrix(cols, new_cols)
+    out = np.einsum("ri,cj,ijd->rcd", row_matrix, col_matrix, grid.astype(np.float64))
+    return out.astype(grid.dtype)
+
+
+def resample_position_embeddings(
+    table: np.ndarray,
+    new_grid,
+    num_prefix_tokens: int = 1,
+    source_grid=None,
+    interpolation: str = "linear",
+) -> np.ndarray:
+    """Resample a (1, prefix + rows·cols, D) position-embedding table to `new_grid`; prefix tokens stay as is.
+
+    Example:
+        >>> resample_position_embeddings(np.zeros((1, 65, 8), np.float32), (6, 10)).shape
+        (1, 61, 8)
+    """
+    table = np.asarray(table)
+    if table.ndim != 3 or table.shape[0] != 1:
+        raise ValueError(f"Position embeddings must have shape (1, tokens, D), got {table.shape}.")
+    prefix, patches = table[:, :num_prefix_tokens], table[0, num_prefix_tokens:]
+    rows, cols = infer_grid(patches.shape[0], source_grid)
+    grid = patches.reshape(rows, cols, -1)
+    grid = resample_grid(grid, new_grid, interpolation)
+    return np.concatenate([prefix, grid.reshape(1, -1, grid.shape[-1])], axis=1)

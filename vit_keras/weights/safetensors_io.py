@@ -1,0 +1,83 @@
+"""Read `.safetensors` files with `safetensors.numpy`: plain tensors, no code, no torch.
+
+Example:
+    >>> tensors = read_safetensors("model.safetensors")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".pkl")
+
+
+def refuse_pickle(path: str) -> None:
+    """Raise for PyTorch pickle checkpoints, pointing at the safetensors twin.
+
+    Example:
+        >>> refuse_pickle("model.safetensors")
+    """
+    if path.lower().endswith(PICKLE_SUFFIXES):
+        raise ValueError(
+            f"{path!r} is a PyTorch pickle file; vit_keras does not load pickles (unpickling can run code). "
+            "Use the checkpoint's .safetensors twin: timm and Hugging Face publish `model.safetensors` next to "
+            "it on the Hub, or re-save with `safetensors.torch.save_file(model.state_dict(), 'model.safetensors')`."
+        )
+
+
+_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "I64": np.int64,
+           "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def _read_raw(path: str) -> dict[str, np.ndarray]:
+    """The safetensors layout read directly (8-byte header size, JSON header, raw little-endian data).
+
+    Used for the dtypes `safetensors.numpy` cannot build (bfloat16 has no NumPy type name).
+    """
+    import json
+    import struct
+
+    with open(path, "rb") as f:
+        data = f.read()
+    (size,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + size])
+    base = 8 + size
+    out = {}
+    for name, spec in header.items():
+        if name == "__metadata__":
+            continue
+        if spec["dtype"] not in _DTYPES:
+            raise ValueError(f"{path!r}: tensor {name!r} has unsupported dtype {spec['dtype']}.")
+        start, end = spec["data_offsets"]
+        dtype = np.dtype(_DTYPES[spec["dtype"]]).newbyteorder("<")
+        out[name] = np.frombuffer(data[base + start : base + end], dtype=dtype).reshape(spec["shape"])
+    return out
+
+
+def read_safetensors(path: str) -> dict[str, np.ndarray]:
+    """All tensors of a safetensors file as NumPy arrays (bfloat16 and float16 become float32).
+
+    Example:
+        >>> read_safetensors("model.safetensors")["cls_token"].shape  # doctest: +SKIP
+        (1, 1, 768)
+    """
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        tensors = load_file(path)
+    except TypeError:  # bfloat16 tensors: safetensors.numpy cannot name the dtype
+        try:
+            tensors = _read_raw(path)
+        except (OSError, ValueError, KeyError) as error:
+            raise ValueError(f"{path!r} is not a readable safetensors file ({error}).") from error
+    except (SafetensorError, OSError, ValueError) as error:
+        raise ValueError(f"{path!r} is not a readable safetensors file ({error}).") from error
+    out = {}
+    for name, value in tensors.items():
+        if value.dtype == np.dtype(ml_dtypes.bfloat16) or np.issubdtype(value.dtype, np.floating):
+            out[name] = np.asarray(value, np.float32)
+        else:
+            out[name] = value
+    return out
