@@ -1,0 +1,101 @@
+"""`vit-keras train` / `vit-keras evaluate`, including a run killed with SIGKILL and restarted."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from vit_keras.cli import build_parser, main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOTAL_STEPS, STEPS_PER_EPOCH = 30, 10
+# The resumed run replays exactly the uninterrupted one's examples and updates, in float32 on one device;
+# only XLA re-compilation could reorder float sums, so the weights agree to rounding noise.
+WEIGHT_TOLERANCE = 1e-5
+
+
+def _command(output_dir, data_dir):
+    return [
+        sys.executable, "-m", "vit_keras.cli", "train", "--model", "Ti/16", "--patch-size", "4", "--num-layers", "1",
+        "--image-size", "16",
+        "--dataset", "vit_keras_digits", "--data-dir", data_dir, "--eval-split", "", "--batch-size", "16",
+        "--steps", str(TOTAL_STEPS), "--steps-per-epoch", str(STEPS_PER_EPOCH), "--learning-rate", "0.05",
+        "--warmup-steps", "3", "--precision", "float32", "--backup-every", "1", "--seed", "5",
+        "--output-dir", str(output_dir),
+    ]
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+
+
+def test_help_explains_the_flags(capsys):
+    for command, words in (("train", ["--dataset", "--accumulation-steps", "--tpu", "--recipe", "resumes"]),
+                           ("evaluate", ["--few-shot", "--split", "best.keras"])):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([command, "--help"])
+        text = capsys.readouterr().out
+        for word in words:
+            assert word in text, (command, word)
+
+
+def test_bad_dataset_is_a_clear_error(capsys):
+    assert main(["train", "--dataset", "cifar_10", "--output-dir", "unused"]) == 2
+    assert "Unknown tfds dataset 'cifar_10'" in capsys.readouterr().err
+
+
+def _weights(path):
+    import keras
+
+    return keras.models.load_model(path, safe_mode=True).get_weights()
+
+
+def test_sigkill_mid_epoch_then_same_command_finishes_like_an_uninterrupted_run(tmp_path, capsys):
+    data_dir = str(tmp_path / "tfds")
+    prepare = f"import vit_keras.data as d; d.load('vit_keras_digits', data_dir={data_dir!r})"
+    subprocess.run([sys.executable, "-c", prepare], env=_env(), check=True, timeout=300)
+    reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
+    subprocess.run(_command(reference, data_dir), env=_env(), check=True, timeout=400,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    process = subprocess.Popen(_command(interrupted, data_dir), env=_env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    state, killed_at = interrupted / "backup" / "backup.json", None
+    deadline = time.time() + 400
+    try:
+        while time.time() < deadline and process.poll() is None:
+            try:
+                step = json.loads(state.read_text())["step"]
+            except (OSError, ValueError, KeyError):
+                step = 0
+            if step >= STEPS_PER_EPOCH + 3:  # inside the second epoch
+                process.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.02)
+    finally:
+        process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    killed_at = json.loads(state.read_text())["step"]
+    assert 0 < killed_at < TOTAL_STEPS
+    assert not (interrupted / "results.json").exists()
+
+    subprocess.run(_command(interrupted, data_dir), env=_env(), check=True, timeout=400,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    results = [json.loads((run / "results.json").read_text()) for run in (reference, interrupted)]
+    assert results[0]["updates"] == results[1]["updates"] == TOTAL_STEPS
+    for a, b in zip(_weights(reference / "checkpoints" / "last.keras"),
+                    _weights(interrupted / "checkpoints" / "last.keras")):
+        np.testing.assert_allclose(a, b, rtol=0, atol=WEIGHT_TOLERANCE)
+
+    # `vit-keras evaluate` scores the checkpoint the run left.
+    capsys.readouterr()
+    assert main(["evaluate", str(reference / "checkpoints" / "last.keras"), "--dataset", "vit_keras_digits",
+                 "--data-dir", data_dir, "--few-shot", "--batch-size", "128"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["examples"] == 360 and 0 <= scores["top1"] <= scores["top5"] <= 1
+    assert set(scores) >= {"1shot", "5shot", "10shot", "25shot"}

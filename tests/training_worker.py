@@ -1,0 +1,58 @@
+"""Subprocess entry for the distributed and resume tests: `python tests/training_worker.py MODE OUT [DATA_DIR]`.
+
+MODE "mirrored": trains the same tiny ViT on 1 and on 2 logical CPU devices (MirroredStrategy) and saves both
+final weight sets; "multiworker": one worker of a TF_CONFIG cluster trains and saves its weights.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+
+def tiny_vit():
+    import vit_keras
+
+    return vit_keras.ViT(image_size=16, patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
+                         classes=10, classifier_activation=None, name="tiny")
+
+
+def config():
+    from vit_keras import training
+
+    return training.finetune(total_steps=6, steps_per_epoch=3, batch_size=16, warmup_steps=2, learning_rate=0.1,
+                             precision="float32", seed=3, shuffle_buffer=64, log_images=2)
+
+
+def weights_of(model):
+    return {f"w{i}": np.asarray(w) for i, w in enumerate(model.get_weights())}
+
+
+def main(mode, out, data_dir):
+    import tensorflow as tf
+
+    if mode == "mirrored":
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from vit_keras import training
+
+    if mode == "mirrored":
+        single = training.train(tiny_vit, "vit_keras_digits", config(), output_dir=os.path.join(out, "single"),
+                                data_dir=data_dir, verbose=0)
+        mirrored = training.train(tiny_vit, "vit_keras_digits", config(), output_dir=os.path.join(out, "mirrored"),
+                                  data_dir=data_dir, verbose=0,
+                                  strategy=tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+        np.savez(os.path.join(out, "single.npz"), **weights_of(single.model))
+        np.savez(os.path.join(out, "mirrored.npz"), **weights_of(mirrored.model),
+                 replicas=mirrored.model.distribute_strategy.num_replicas_in_sync, updates=mirrored.updates)
+    else:
+        strategy = training.select_strategy()
+        result = training.train(tiny_vit, "vit_keras_digits", config(), output_dir=os.path.join(out, "run"),
+                                data_dir=data_dir, verbose=0, strategy=strategy)
+        index = strategy.cluster_resolver.task_id
+        np.savez(os.path.join(out, f"worker{index}.npz"), **weights_of(result.model), updates=result.updates,
+                 replicas=strategy.num_replicas_in_sync, chief=training.is_chief(strategy))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

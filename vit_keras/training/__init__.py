@@ -1,0 +1,57 @@
+"""Training and evaluating ViTs the paper's way: recipes, strategy selection, resumable `model.fit`, probes.
+
+Example:
+    >>> from vit_keras import training
+    >>> config = training.finetune(total_steps=500, batch_size=512, accumulation_steps=8)
+    >>> config.learning_rate
+    0.03
+"""
+
+from vit_keras.training.callbacks import StepBackup, TrainingMonitor, checkpoint_callbacks
+from vit_keras.training.config import RECIPES, TrainConfig, finetune, pretrain
+from vit_keras.training.evaluation import (
+    evaluate,
+    feature_extractor,
+    few_shot_accuracy,
+    few_shot_probe,
+    fit_least_squares_probe,
+    topk_accuracy,
+)
+from vit_keras.training.loop import TrainResult, train
+from vit_keras.training.optim import WarmupDecay, make_optimizer, make_schedule
+from vit_keras.training.strategy import (
+    ExecutionPlan,
+    connect_tpu,
+    is_chief,
+    plan_execution,
+    select_strategy,
+)
+from vit_keras.training.transfer import resample_position_embeddings, transfer_weights
+
+__all__ = [
+    "RECIPES",
+    "ExecutionPlan",
+    "StepBackup",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingMonitor",
+    "WarmupDecay",
+    "checkpoint_callbacks",
+    "connect_tpu",
+    "evaluate",
+    "feature_extractor",
+    "few_shot_accuracy",
+    "few_shot_probe",
+    "finetune",
+    "fit_least_squares_probe",
+    "is_chief",
+    "make_optimizer",
+    "make_schedule",
+    "plan_execution",
+    "pretrain",
+    "resample_position_embeddings",
+    "select_strategy",
+    "topk_accuracy",
+    "train",
+    "transfer_weights",
+]

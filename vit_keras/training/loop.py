@@ -1,0 +1,234 @@
+"""`train()`: build, compile and fit a ViT inside the chosen `tf.distribute` strategy, resumably."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from vit_keras import data
+from vit_keras.training import callbacks as cb
+from vit_keras.training.optim import make_optimizer
+from vit_keras.training.strategy import (
+    is_chief,
+    plan_execution,
+    prepare_keras_fit,
+    select_strategy,
+    worker_index,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What a run produced: the trained model, per-epoch history, final metrics and where files went.
+
+    Example:
+        >>> result = train(build, "vit_keras_digits", finetune(total_steps=100), output_dir="run")  # doctest: +SKIP
+        >>> result.updates, result.metrics["val_accuracy"]  # doctest: +SKIP
+    """
+
+    model: object
+    history: dict
+    metrics: dict
+    updates: int
+    output_dir: str
+    plan: object
+
+
+def _patch_size(model) -> int | None:
+    names = {layer.name for layer in model.layers}
+    return model.get_layer("patches").patch_size if "patches" in names else None
+
+
+def _check_model(model, config) -> tuple[int, int]:
+    height, width = model.input_shape[1:3]
+    if height is None or width is None:
+        raise ValueError("Build the model with a fixed image_size: XLA and the input pipeline need static shapes.")
+    if config.image_size is not None:
+        wanted = data._as_hw(config.image_size)
+        if wanted != (height, width):
+            raise ValueError(
+                f"config.image_size {wanted} differs from the model's input {(height, width)}: build the model at "
+                "the training resolution (transfer_weights resamples the position embeddings)."
+            )
+    patch = _patch_size(model)
+    if patch and (height % patch or width % patch):
+        raise ValueError(f"Image size {(height, width)} is not divisible by the patch size {patch}.")
+    return height, width
+
+
+def _outputs_probabilities(model) -> bool:
+    last = model.layers[-1]
+    return last.name == "predictions" and getattr(last, "activation", None) is not None and \
+        getattr(last.activation, "__name__", "") != "linear"
+
+
+def _as_split(source, split, data_dir, num_classes):
+    if isinstance(source, data.Split):
+        return source
+    return data.load(source, split, data_dir=data_dir, num_classes=num_classes)
+
+
+def _segments(start: int, total: int, per_epoch: int):
+    """[(first_epoch, last_epoch_exclusive, steps_per_epoch, start_step)], grouping equal-length epochs."""
+    segments, step = [], start
+    while step < total:
+        epoch = step // per_epoch
+        length = min((epoch + 1) * per_epoch, total) - step
+        previous = segments[-1] if segments else None
+        if previous and previous[2] == length and length == per_epoch and previous[1] == epoch:
+            segments[-1] = (previous[0], epoch + 1, length, previous[3])
+        else:
+            segments.append((epoch, epoch + 1, length, step))
+        step += length
+    return segments
+
+
+def train(build_model, train_data, config, *, output_dir: str, validation_data=None, train_split: str = "train",
+          validation_split: str = "test", data_dir: str | None = None, strategy=None, tpu: str | None = None,
+          num_classes: int | None = None, verbose="auto") -> TrainResult:
+    """Train the model `build_model()` returns on `train_data` with `config` (see `finetune` / `pretrain`).
+
+    `build_model` is called inside the strategy's scope under the chosen dtype policy, so its variables land on
+    every replica (load or `transfer_weights` pretrained weights inside it). `train_data` /
+    `validation_data` are tfds names (with `train_split` / `validation_split` / `data_dir`), `data.Split`s, or
+    `tf.data.Dataset`s of (image, label) (then pass `num_classes`). Everything is checked before the first step:
+    dataset and split names, labels against the head, batch size against replicas and accumulation, image size
+    against the patch size.
+
+    `output_dir` receives `logs/` (TensorBoard), `checkpoints/best.keras` and `last.keras`, `backup/` (deleted
+    when the run completes) and `results.json`. Running the same call again after an interruption resumes at
+    the last backed-up step. Returns a `TrainResult`.
+
+    Example:
+        >>> from vit_keras.training import finetune, train
+        >>> build = lambda: vit_keras.ViT(image_size=16, patch_size=4, hidden_size=48, num_layers=2,
+        ...                               num_heads=3, mlp_dim=96, classes=10)
+        >>> result = train(build, "vit_keras_digits", finetune(total_steps=200, batch_size=64, warmup_steps=20),
+        ...                output_dir="run", validation_data="vit_keras_digits")  # doctest: +SKIP
+    """
+    import keras
+    import tensorflow as tf
+
+    strategy = strategy or select_strategy(tpu=tpu)
+    plan = plan_execution(strategy, config.precision, config.jit_compile)
+    if config.deterministic and plan.jit_compile:
+        # TensorFlow's op determinism does not cover every XLA kernel (Keras drops XLA for the same reason).
+        plan = dataclasses.replace(plan, jit_compile=False, notes=(*plan.notes, "XLA off: deterministic ops"))
+    replicas = strategy.num_replicas_in_sync
+    if config.micro_batch_size % replicas:
+        raise ValueError(
+            f"The batch of {config.micro_batch_size} examples per step (batch_size {config.batch_size} / "
+            f"accumulation_steps {config.accumulation_steps}) is not divisible by the {replicas} replicas; "
+            f"use a batch size that is a multiple of {replicas * config.accumulation_steps}."
+        )
+    train_split_data = _as_split(train_data, train_split, data_dir, num_classes)
+    validation = None if validation_data is None else _as_split(validation_data, validation_split, data_dir,
+                                                                 num_classes or train_split_data.num_classes)
+
+    keras.utils.set_random_seed(config.seed)
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    previous_policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(plan.policy)
+    try:
+        with strategy.scope():
+            model = build_model()
+        classes = int(model.output_shape[-1])
+        height, width = _check_model(model, config)
+        data.check_labels(train_split_data, classes)
+        if validation is not None:
+            data.check_labels(validation, classes)
+
+        from_logits = not _outputs_probabilities(model)
+        with strategy.scope():
+            model.compile(
+                optimizer=make_optimizer(config),
+                loss=keras.losses.CategoricalCrossentropy(from_logits=from_logits,
+                                                          label_smoothing=config.label_smoothing),
+                metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
+                         keras.metrics.TopKCategoricalAccuracy(k=min(5, classes), name="top5_accuracy")],
+                jit_compile=plan.jit_compile,
+            )
+        return _fit(model, strategy, plan, config, train_split_data, validation, classes, (height, width),
+                    output_dir, verbose)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+
+
+def _fit(model, strategy, plan, config, train_split_data, validation, classes, size, output_dir, verbose):
+    import keras
+    import tensorflow as tf
+
+    chief = is_chief(strategy)
+    # Non-chief workers write into private scratch directories: their files are identical and would race.
+    work_dir = output_dir if chief else tempfile.mkdtemp(prefix=f"worker{worker_index(strategy)}_")
+    log_dir, checkpoint_dir = os.path.join(work_dir, "logs"), os.path.join(work_dir, "checkpoints")
+    backup_dir = os.path.join(output_dir, "backup") if chief else os.path.join(
+        output_dir, "backup", f"worker{worker_index(strategy)}")
+    tf.io.gfile.makedirs(log_dir)
+
+    sample = next(iter(data.eval_pipeline(train_split_data.dataset.take(config.log_images or 1), image_size=size,
+                                          batch_size=max(config.log_images, 1), num_classes=classes, cache=False)))
+    prepare_keras_fit(model, strategy, tuple(np.asarray(t) for t in sample))
+
+    accumulation = config.accumulation_steps
+    micro_per_epoch = config.updates_per_epoch * accumulation
+    total_micro = config.total_steps * accumulation
+    backup = cb.StepBackup(backup_dir, every=config.backup_every or max(micro_per_epoch // 4, 1))
+    start = backup.restore(model)
+    if start:
+        logger.warning("Resuming from micro-step %d of %d (backup in %s).", start, total_micro, backup_dir)
+
+    def make_train_dataset(skip_steps):
+        def dataset_fn(input_context):
+            per_pipeline = config.micro_batch_size // input_context.num_input_pipelines
+            return data.train_pipeline(
+                train_split_data.dataset, image_size=size, batch_size=config.micro_batch_size,
+                num_classes=classes, crop=config.crop, flip=config.flip, randaugment=config.randaugment,
+                mixup_alpha=config.mixup_alpha, shuffle_buffer=config.shuffle_buffer, cache=config.cache,
+                seed=config.seed, deterministic=config.deterministic, skip_examples=skip_steps * per_pipeline,
+                input_context=input_context,
+            )
+
+        return strategy.distribute_datasets_from_function(dataset_fn)
+
+    validation_dataset = None
+    if validation is not None:
+        validation_dataset = data.eval_pipeline(validation.dataset, image_size=size, batch_size=config.micro_batch_size,
+                                                num_classes=classes, cache=config.cache)
+    monitor = "val_accuracy" if validation is not None else "accuracy"
+    callbacks = [
+        keras.callbacks.TensorBoard(log_dir=log_dir, update_freq=max(micro_per_epoch // 10, 1)),
+        cb.TrainingMonitor(log_dir, config.to_dict(), config.micro_batch_size, sample[0],
+                           every=max(micro_per_epoch // 10, 1)),
+        *cb.checkpoint_callbacks(checkpoint_dir, monitor, "max"),
+        backup,
+    ]
+    history: dict = {}
+    for first_epoch, end_epoch, steps, start_step in _segments(start, total_micro, micro_per_epoch):
+        fitted = model.fit(
+            make_train_dataset(start_step), initial_epoch=first_epoch, epochs=end_epoch, steps_per_epoch=steps,
+            validation_data=validation_dataset, callbacks=callbacks, verbose=verbose, shuffle=False,
+        )
+        for key, values in fitted.history.items():
+            history.setdefault(key, []).extend(values)
+
+    updates = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    metrics = {key: float(values[-1]) for key, values in history.items()}
+    if chief:
+        with tf.io.gfile.GFile(os.path.join(output_dir, "results.json"), "w") as handle:
+            json.dump({"updates": updates, "metrics": metrics, "config": config.to_dict(),
+                       "policy": plan.policy, "jit_compile": plan.jit_compile, "notes": list(plan.notes)},
+                      handle, indent=2, default=str)
+    backup.discard()
+    if not chief:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return TrainResult(model, history, metrics, updates, output_dir, plan)

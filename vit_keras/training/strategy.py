@@ -1,0 +1,264 @@
+"""Pick the `tf.distribute` strategy and the mixed-precision policy for the hardware at hand.
+
+Example:
+    >>> from vit_keras.training import select_strategy, plan_execution
+    >>> strategy = select_strategy()  # doctest: +SKIP
+    >>> plan_execution(strategy).policy  # doctest: +SKIP
+    'mixed_bfloat16'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+
+logger = logging.getLogger(__name__)
+
+
+def _tf():
+    import tensorflow as tf
+
+    return tf
+
+
+def tf_config_workers(environ=None) -> int:
+    """How many training tasks (chief + workers) `TF_CONFIG` names; 0 without `TF_CONFIG`.
+
+    Example:
+        >>> tf_config_workers({"TF_CONFIG": '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {}}'})
+        2
+    """
+    environ = os.environ if environ is None else environ
+    raw = environ.get("TF_CONFIG")
+    if not raw:
+        return 0
+    try:
+        cluster = json.loads(raw).get("cluster", {})
+    except json.JSONDecodeError as error:
+        raise ValueError(f"TF_CONFIG is not valid JSON ({error}): {raw!r}") from error
+    return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+
+
+def connect_tpu(tpu: str = "local"):
+    """Resolve, connect and initialise a TPU; returns its `TPUStrategy`.
+
+    `tpu` is "local" on a TPU VM, or a TPU name / `grpc://` address for a TPU node.
+
+    Example:
+        >>> strategy = connect_tpu("local")  # doctest: +SKIP
+    """
+    tf = _tf()
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+    except (ValueError, RuntimeError) as error:
+        raise ValueError(
+            f"No TPU could be resolved from {tpu!r} ({error}); on a TPU VM pass tpu='local', otherwise the "
+            "TPU's name or grpc:// address."
+        ) from error
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    logger.info("Connected to TPU %r with %d cores.", tpu, resolver.num_accelerators().get("TPU", 0))
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def on_tpu_vm() -> bool:
+    """True on a Cloud TPU VM, whose TPU chips appear as `/dev/accel*` (v2-v4) or `/dev/vfio/*` with
+    `TPU_ACCELERATOR_TYPE` set (v5 and later).
+
+    Example:
+        >>> isinstance(on_tpu_vm(), bool)
+        True
+    """
+    import glob
+
+    return bool(glob.glob("/dev/accel*")) or (bool(os.environ.get("TPU_ACCELERATOR_TYPE"))
+                                              and bool(glob.glob("/dev/vfio/[0-9]*")))
+
+
+def select_strategy(tpu: str | None = None, devices=None, environ=None):
+    """One call that picks how to distribute training, in this order:
+
+    1. `TPUStrategy` when a TPU is named (`tpu=...` or the `TPU_NAME` environment variable) or this machine
+       is a TPU VM (then `tpu="local"`); pass `tpu="none"` to train on a TPU VM's CPU instead;
+    2. `MultiWorkerMirroredStrategy` when `TF_CONFIG` names several workers;
+    3. `MirroredStrategy` over `devices`, or over all GPUs when there are several;
+    4. the default (single-device) strategy otherwise.
+
+    Example:
+        >>> select_strategy().num_replicas_in_sync  # doctest: +SKIP
+        1
+    """
+    tf = _tf()
+    environ = os.environ if environ is None else environ
+    tpu = tpu or environ.get("TPU_NAME") or ("local" if on_tpu_vm() else None)
+    if tpu and tpu != "none":
+        return connect_tpu(tpu)
+    if tf_config_workers(environ) > 1:
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if devices:
+        return tf.distribute.MirroredStrategy(list(devices))
+    gpus = tf.config.list_logical_devices("GPU")
+    if len(gpus) > 1:
+        return tf.distribute.MirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+def device_kind(strategy) -> str:
+    """"TPU", "GPU" or "CPU": what the strategy's replicas run on.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> device_kind(tf.distribute.get_strategy()) in ("CPU", "GPU")
+        True
+    """
+    tf = _tf()
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return "TPU"
+    try:
+        devices = tuple(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy places ops wherever TensorFlow does
+        devices = ()
+    if any("GPU" in device.upper() for device in devices):
+        return "GPU"
+    if not devices and tf.config.list_logical_devices("GPU"):
+        return "GPU"
+    return "CPU"
+
+
+def _gpu_supports_bfloat16() -> bool:
+    tf = _tf()
+    for gpu in tf.config.list_physical_devices("GPU"):
+        capability = tf.config.experimental.get_device_details(gpu).get("compute_capability", (0, 0))
+        if tuple(capability) < (8, 0):
+            return False
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionPlan:
+    """The dtype policy and XLA choice for a run, with the reasons for any departure from the request.
+
+    Example:
+        >>> ExecutionPlan("float32", True, ()).loss_scaling
+        False
+    """
+
+    policy: str
+    jit_compile: bool
+    notes: tuple[str, ...]
+
+    @property
+    def loss_scaling(self) -> bool:
+        return self.policy == "mixed_float16"
+
+
+def plan_execution(strategy, precision: str = "auto", jit_compile: bool = True, kind: str | None = None,
+                   bfloat16_gpu: bool | None = None) -> ExecutionPlan:
+    """Choose the mixed-precision policy and whether to compile with XLA for `strategy`.
+
+    `precision="auto"`: bfloat16 on TPU and CPU; float16 with loss scaling on GPU, except where several GPU
+    replicas compile with XLA: `LossScaleOptimizer` under MirroredStrategy + XLA + float16 crashes
+    (`merge_call called while defining a new graph`), so bfloat16 (no loss scaling) is used on GPUs that have
+    it (compute capability >= 8.0) and XLA is turned off on older ones. Several CPU replicas (logical devices
+    or workers) run without XLA: XLA clusters cannot span CPU devices nor compile the cross-replica
+    all-reduce, and TensorFlow refuses such programs.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> plan_execution(tf.distribute.get_strategy(), "float32", kind="CPU")
+        ExecutionPlan(policy='float32', jit_compile=True, notes=())
+    """
+    kind = kind or device_kind(strategy)
+    replicas = strategy.num_replicas_in_sync
+    notes = []
+    policy = precision
+    if precision == "auto":
+        policy = "mixed_float16" if kind == "GPU" else "mixed_bfloat16"
+    if kind == "GPU" and policy == "mixed_float16" and replicas > 1 and jit_compile:
+        supported = _gpu_supports_bfloat16() if bfloat16_gpu is None else bfloat16_gpu
+        if precision == "auto" and supported:
+            policy = "mixed_bfloat16"
+            notes.append("bfloat16 instead of float16: MirroredStrategy + XLA + float16 loss scaling crashes")
+        else:
+            jit_compile = False
+            notes.append("XLA off: MirroredStrategy + XLA + float16 loss scaling crashes")
+    if kind == "CPU" and replicas > 1 and jit_compile:
+        jit_compile = False
+        notes.append("XLA off: several CPU replicas cannot share one XLA program")
+    for note in notes:
+        logger.warning(note)
+    return ExecutionPlan(policy, jit_compile, tuple(notes))
+
+
+def is_multi_worker(strategy) -> bool:
+    tf = _tf()
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and (
+        strategy.cluster_resolver is not None and tf_config_workers() > 1
+    )
+
+
+def is_chief(strategy) -> bool:
+    """True on the worker that writes checkpoints and logs (the chief, or worker 0 without a chief).
+
+    Example:
+        >>> import tensorflow as tf
+        >>> is_chief(tf.distribute.get_strategy())
+        True
+    """
+    if not is_multi_worker(strategy):
+        return True
+    resolver = strategy.cluster_resolver
+    task_type, task_id = resolver.task_type, resolver.task_id
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    return task_type == "chief" or (not has_chief and task_type == "worker" and task_id == 0)
+
+
+def worker_index(strategy) -> int:
+    return strategy.cluster_resolver.task_id if is_multi_worker(strategy) else 0
+
+
+def prepare_keras_fit(model, strategy, sample_batch) -> None:
+    """Build `model`'s compiled state on a local batch, and work around a Keras 3.15 fault of
+    `MultiWorkerMirroredStrategy`.
+
+    1. Under a strategy, `fit` builds the model on the first batch it takes from the data iterator (and
+       reduces it with `strategy.reduce(MEAN, (x, y))`, which collective all-reduce cannot do for a structure).
+       That batch is then never trained on, so a distributed run would see other data than a single-device
+       one. Here the model is built on `sample_batch` instead and `fit`'s own build step is skipped.
+    2. Under `MultiWorkerMirroredStrategy`, the train step reduces scalar logs with
+       `strategy.reduce(MEAN, v, axis=0)`, which fails for rank-0 values: reduce those with `axis=None`.
+
+    Example:
+        >>> prepare_keras_fit(model, strategy, (x[:8], y[:8]))  # doctest: +SKIP
+    """
+    tf = _tf()
+    with strategy.scope():
+        model._symbolic_build(data_batch=sample_batch)
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+
+    with strategy.scope():
+        model._symbolic_build(data_batch=sample_batch)
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+    if getattr(tf_trainer.reduce_per_replica, "_vit_keras_patched", False):
+        return
+    original = tf_trainer.reduce_per_replica
+
+    def reduce_per_replica(values, strategy, reduction):
+        if tf_trainer._collective_all_reduce_multi_worker(strategy) and reduction in ("auto", "mean", "sum"):
+            op = "SUM" if reduction == "sum" else "MEAN"
+
+            def reduce(value):
+                if not isinstance(value, tf.distribute.DistributedValues):
+                    return value
+                return strategy.reduce(op, value, axis=None)
+
+            return tf.nest.map_structure(reduce, values)
+        return original(values, strategy, reduction)
+
+    reduce_per_replica._vit_keras_patched = True
+    tf_trainer.reduce_per_replica = reduce_per_replica
