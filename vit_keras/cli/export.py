@@ -1,0 +1,170 @@
+"""`vit-keras export OUTPUT --format saved_model|tflite`: write a deployable model and check it against Keras.
+
+Example:
+    $ vit-keras export models/vit --format saved_model --keras-model vit.keras --version 2
+    $ vit-keras export vit_int8.tflite --format tflite --quantization int8 --keras-model vit.keras \\
+          --calibration-images train_images/
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from vit_keras.cli.common import add_model_arguments, build_model
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+
+
+def register(subparsers) -> None:
+    """Add the `export` sub-command.
+
+    Example:
+        >>> from vit_keras.cli import build_parser
+        >>> build_parser().parse_args(["export", "out", "--format", "tflite"]).quantization is None
+        True
+    """
+    parser = subparsers.add_parser(
+        "export", help="export a ViT to a TF Serving SavedModel or a TFLite file", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("output", help="SavedModel base directory (TF Serving's model_base_path) or .tflite file")
+    parser.add_argument("--format", required=True, choices=("saved_model", "tflite"), dest="export_format")
+    parser.add_argument(
+        "--keras-model", default=None, metavar="FILE.keras",
+        help="a .keras file to export (loaded with safe_mode=True); otherwise --model/--weights build one",
+    )
+    add_model_arguments(parser)
+    group = parser.add_argument_group("SavedModel")
+    group.add_argument("--version", type=int, default=1, help="version sub-directory (default: 1)")
+    group.add_argument("--overwrite", action="store_true", help="replace an existing version directory")
+    group.add_argument("--class-names", default=None, metavar="FILE", help="text file, one class name per line")
+    group.add_argument("--top-k", type=int, default=5, help="classes returned by the top_k_* outputs (default: 5)")
+    group = parser.add_argument_group("TFLite")
+    group.add_argument(
+        "--quantization", default=None, choices=("float16", "dynamic_int8", "int8"),
+        help="default: float32",
+    )
+    group.add_argument(
+        "--calibration-images", nargs="+", default=None, metavar="PATH",
+        help="image files or directories of training images to calibrate int8 ranges (needed for int8)",
+    )
+    group.add_argument("--calibration-samples", type=int, default=100, help="how many calibration images to use")
+    group.add_argument(
+        "--integer-io", action="store_true", help="with int8: uint8 input pixels and uint8 output (Edge TPU style)"
+    )
+    group = parser.add_argument_group("agreement check")
+    group.add_argument(
+        "--check-images", nargs="+", default=None, metavar="PATH",
+        help="image files or directories to compare exported and Keras outputs on (default: random images)",
+    )
+    group.add_argument("--num-check-images", type=int, default=16, help="random images when --check-images is unset")
+    parser.set_defaults(func=run)
+
+
+def image_files(paths) -> list[str]:
+    """Expand files and directories into a sorted list of image files.
+
+    Example:
+        >>> image_files(["train_images/"])  # doctest: +SKIP
+        ['train_images/0001.jpg', ...]
+    """
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            files.extend(
+                sorted(os.path.join(path, f) for f in os.listdir(path) if f.lower().endswith(IMAGE_SUFFIXES))
+            )
+        elif os.path.isfile(path):
+            files.append(path)
+        else:
+            raise ValueError(f"{path!r} is neither an image file nor a directory")
+    if not files:
+        raise ValueError(f"no image files ({', '.join(IMAGE_SUFFIXES)}) found in {list(paths)}")
+    return files
+
+
+def _load_images(paths, size, limit=None):
+    import numpy as np
+
+    from vit_keras.cli.predict import load_image
+
+    return np.stack([load_image(path, size) for path in image_files(paths)[:limit]])
+
+
+def _load_model(args):
+    if args.keras_model is None:
+        return build_model(args)
+    import keras
+
+    import vit_keras.layers  # noqa: F401  (registers the layers safe_mode loading needs)
+
+    if not os.path.isfile(args.keras_model):
+        raise ValueError(f"--keras-model {args.keras_model!r} does not exist")
+    return keras.models.load_model(args.keras_model, safe_mode=True)
+
+
+def _mib(size_bytes) -> str:
+    return f"{size_bytes / 2**20:.2f} MiB"
+
+
+def run(args) -> int:
+    import numpy as np
+
+    from vit_keras import export
+
+    if args.export_format == "saved_model" and (args.quantization or args.calibration_images or args.integer_io):
+        raise ValueError("--quantization, --calibration-images and --integer-io apply to --format tflite only")
+    if args.export_format == "tflite" and not args.output.endswith(".tflite"):
+        raise ValueError(f"the TFLite output should be a .tflite file, got {args.output!r}")
+    if args.export_format == "tflite" and args.quantization == "int8" and not args.calibration_images:
+        raise ValueError("--quantization int8 needs --calibration-images (about 100 training images)")
+
+    model = _load_model(args)
+    spec = export.describe_model(model)
+    size = spec.image_size
+    if args.check_images:
+        check_images, where = _load_images(args.check_images, size), "the given images"
+    else:
+        rng = np.random.default_rng(0)
+        count = args.num_check_images
+        check_images = rng.uniform(0, 255, (count, *size, 3)).astype(np.float32)
+        where = f"{count} random images (pass --check-images for real ones)"
+
+    if args.export_format == "saved_model":
+        class_names = None
+        if args.class_names:
+            with open(args.class_names, encoding="utf-8") as f:
+                class_names = [line.rstrip("\n") for line in f if line.strip()]
+        path = export.saved_model(
+            model, args.output, version=args.version, class_names=class_names, top_k=args.top_k,
+            overwrite=args.overwrite,
+        )
+        print(f"wrote SavedModel version {args.version} to {path} ({_mib(export.path_size(path))})")
+        for name, signature in export.signature_summary(path).items():
+            inputs = ", ".join(f"{k} {d}{list(s)}" for k, (d, s) in signature["inputs"].items())
+            outputs = ", ".join(f"{k} {d}{list(s)}" for k, (d, s) in signature["outputs"].items())
+            print(f"  signature {name}: {inputs} -> {outputs}")
+        print(f"serve it: docker run -p 8501:8501 -v {os.path.abspath(args.output)}:/models/vit "
+              "-e MODEL_NAME=vit tensorflow/serving")
+    else:
+        calibration = None
+        if args.quantization == "int8":
+            calibration = _load_images(args.calibration_images, size, limit=args.calibration_samples)
+        path = export.tflite(
+            model, args.output, quantization=args.quantization, representative_dataset=calibration,
+            max_calibration_samples=args.calibration_samples, integer_io=args.integer_io,
+        )
+        operators = export.tflite_operators(path)
+        print(
+            f"wrote TFLite ({args.quantization or 'float32'}) to {path} ({_mib(os.path.getsize(path))}); "
+            f"{len(operators)} builtin op types, no Flex ops"
+        )
+
+    check = export.measure_agreement(model, path, check_images)
+    agreement = "-" if check.top1_agreement is None else f"{100 * check.top1_agreement:.2f}%"
+    print(
+        f"agreement with the Keras model on {where}: top-1 {agreement}, max abs diff {check.max_abs_diff:.3g}, "
+        f"mean abs diff {check.mean_abs_diff:.3g}"
+    )
+    return 0

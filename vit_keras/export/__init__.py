@@ -1,0 +1,49 @@
+"""Ship a ViT: a SavedModel that TF Serving serves as it is, and TFLite files for devices.
+
+Example:
+    >>> from vit_keras import export
+    >>> export.saved_model(model, "models/vit", version=1)  # doctest: +SKIP
+    'models/vit/1'
+    >>> export.tflite(model, "vit_int8.tflite", quantization="int8", representative_dataset=x_train[:100])
+    ... # doctest: +SKIP
+    'vit_int8.tflite'
+"""
+
+from vit_keras.export.compare import (
+    AGREEMENT_TARGETS,
+    FORMATS,
+    ExportCheck,
+    export_and_compare,
+    exported_predict,
+    format_table,
+    measure_agreement,
+    measure_latency,
+    path_size,
+)
+from vit_keras.export.lite import QUANTIZATIONS, non_builtin_operators, tflite, tflite_operators, tflite_predict
+from vit_keras.export.serving import saved_model, signature_summary
+from vit_keras.export.signatures import BYTES_INPUT, IMAGES_INPUT, SERVE_BYTES, SERVING_DEFAULT, describe_model
+
+__all__ = [
+    "AGREEMENT_TARGETS",
+    "BYTES_INPUT",
+    "FORMATS",
+    "IMAGES_INPUT",
+    "QUANTIZATIONS",
+    "SERVE_BYTES",
+    "SERVING_DEFAULT",
+    "ExportCheck",
+    "describe_model",
+    "export_and_compare",
+    "exported_predict",
+    "format_table",
+    "measure_agreement",
+    "measure_latency",
+    "non_builtin_operators",
+    "path_size",
+    "saved_model",
+    "signature_summary",
+    "tflite",
+    "tflite_operators",
+    "tflite_predict",
+]

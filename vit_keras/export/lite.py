@@ -1,0 +1,296 @@
+"""TFLite files for devices: float32, float16, dynamic-range int8 and full-integer int8, builtin ops only."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+
+import numpy as np
+
+from vit_keras.export.signatures import SERVING_DEFAULT, describe_model, float32_model, images_spec, model_outputs
+
+QUANTIZATIONS = (None, "float16", "dynamic_int8", "int8")
+DEFAULT_CALIBRATION_SAMPLES = 100
+
+
+def _check_quantization(quantization):
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"`quantization` must be one of {QUANTIZATIONS}, got {quantization!r}.")
+    return quantization
+
+
+def _as_image_array(element):
+    """One element of a representative dataset as a float32 array (images only, labels dropped)."""
+    if isinstance(element, dict):
+        for key in ("images", "image"):
+            if key in element:
+                element = element[key]
+                break
+        else:
+            raise ValueError(
+                f"representative_dataset yields dicts with keys {sorted(element)}; it needs an 'image' or "
+                "'images' key, or yield the images themselves."
+            )
+    elif isinstance(element, tuple | list):
+        element = element[0]  # (images, labels) as `model.fit` takes them
+    if hasattr(element, "numpy"):
+        element = element.numpy()
+    return np.asarray(element, dtype=np.float32)
+
+
+def calibration_images(representative_dataset, image_size, max_samples=DEFAULT_CALIBRATION_SAMPLES):
+    """Up to `max_samples` single images (1, H, W, 3) from a representative dataset, checked against the model.
+
+    `representative_dataset` may be a `tf.data.Dataset` (e.g. a tfds pipeline, batched or not, of images,
+    `(images, labels)` or `{"image": ...}` dicts), a NumPy array (N, H, W, 3), or any iterable of those, with
+    RGB values in [0, 255] resized to the model's size.
+
+    Example:
+        >>> len(calibration_images(np.full((8, 32, 32, 3), 128.0), (32, 32)))
+        8
+    """
+    if representative_dataset is None:
+        raise ValueError(
+            "quantization='int8' needs a representative_dataset: ~100 training images in [0, 255] at the model's "
+            "size (a tf.data.Dataset, a NumPy array or an iterable of images)."
+        )
+    if isinstance(representative_dataset, np.ndarray):
+        representative_dataset = [representative_dataset]
+    expected = (*image_size, 3)
+    images = []
+    for element in representative_dataset:
+        batch = _as_image_array(element)
+        if batch.ndim == 3:
+            batch = batch[None]
+        if batch.ndim != 4 or batch.shape[1:] != expected:
+            raise ValueError(
+                f"representative_dataset yields images of shape {batch.shape[1:] if batch.ndim == 4 else batch.shape}"
+                f", but the model takes {expected}; resize them to {image_size} (e.g. tf.image.resize) first."
+            )
+        images.extend(batch[i : i + 1] for i in range(len(batch)))
+        if len(images) >= max_samples:
+            break
+    if not images:
+        raise ValueError("representative_dataset yielded no images.")
+    images = images[:max_samples]
+    if max(float(image.max()) for image in images) <= 1.0:
+        warnings.warn(
+            "The representative images are all in [0, 1], but the exported model takes [0, 255]: the int8 "
+            "ranges will be calibrated on nearly black images. Multiply them by 255.",
+            stacklevel=3,
+        )
+    return images
+
+
+def _tflite_module(model, spec):
+    import tensorflow as tf
+
+    module = tf.Module(name="vit_tflite")
+    # Track the model's variables, not the model: a compiled model would drag its optimizer state along.
+    module.model_variables = list(model.variables)
+
+    @tf.function(input_signature=[images_spec(spec)], autograph=False)
+    def serve(images):
+        return model_outputs(model, spec, images)
+
+    module.serve = serve
+    return module, serve
+
+
+def _converter(model, spec, workdir):
+    """A converter for the model's float signature, read back from a SavedModel.
+
+    Converting the in-memory Keras 3 model's concrete function leaves its weights as TFLite resource
+    variables (unquantisable, and uninitialised at run time); the same function restored from a SavedModel
+    has them frozen into constants.
+    """
+    import tensorflow as tf
+
+    module, serve = _tflite_module(model, spec)
+    tf.saved_model.save(module, workdir, signatures={SERVING_DEFAULT: serve})
+    loaded = tf.saved_model.load(workdir)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([loaded.signatures[SERVING_DEFAULT]], loaded)
+    return converter, loaded
+
+
+def tflite_operators(tflite_model) -> list[str]:
+    """The operator names a TFLite flatbuffer uses (builtins like `FULLY_CONNECTED`; custom ops by their code).
+
+    Flex (TensorFlow) ops show up as custom ops named `Flex...`.
+
+    Example:
+        >>> "FULLY_CONNECTED" in tflite_operators("vit.tflite")  # doctest: +SKIP
+        True
+    """
+    from ai_edge_litert import schema_py_generated as schema
+
+    if isinstance(tflite_model, str | os.PathLike):
+        with open(tflite_model, "rb") as f:
+            tflite_model = f.read()
+    names = {value: key for key, value in vars(schema.BuiltinOperator).items() if not key.startswith("_")}
+    flatbuffer = schema.Model.GetRootAs(bytearray(tflite_model), 0)
+    operators = set()
+    for i in range(flatbuffer.OperatorCodesLength()):
+        code = flatbuffer.OperatorCodes(i)
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        if builtin == schema.BuiltinOperator.CUSTOM:
+            operators.add((code.CustomCode() or b"").decode())
+        else:
+            operators.add(names.get(builtin, f"BUILTIN_{builtin}"))
+    return sorted(operators)
+
+
+def non_builtin_operators(tflite_model) -> list[str]:
+    """The custom and Flex operators in a TFLite flatbuffer (empty for a builtins-only model).
+
+    Example:
+        >>> non_builtin_operators("vit.tflite")  # doctest: +SKIP
+        []
+    """
+    from ai_edge_litert import schema_py_generated as schema
+
+    builtin = {key for key in vars(schema.BuiltinOperator) if not key.startswith("_")} - {"CUSTOM"}
+    return [name for name in tflite_operators(tflite_model) if name not in builtin]
+
+
+def _conversion_summary(error) -> str:
+    """The converter's one-line verdicts ("TF Select ops: Cumprod") without its pages of MLIR locations."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    verdicts = [line for line in lines if line.startswith(("TF Select ops:", "Custom ops:"))]
+    return "; ".join(dict.fromkeys(verdicts)) or (lines[0] if lines else repr(error))
+
+
+def tflite(
+    model,
+    path,
+    quantization=None,
+    representative_dataset=None,
+    max_calibration_samples=DEFAULT_CALIBRATION_SAMPLES,
+    include_preprocessing=None,
+    integer_io=False,
+):
+    """Convert `model` to a TFLite file, with builtin TFLite ops only.
+
+    The file has one signature, `serving_default`: input `images` float32 (batch, H, W, 3) RGB in [0, 255]
+    (batch 1 by default; resize the input for larger batches), output `probabilities`, `logits` or `features`
+    (and `tokens`), like the SavedModel's. Conversion runs through a SavedModel and concrete function, with
+    `TFLITE_BUILTINS` (`TFLITE_BUILTINS_INT8` for int8): an op without a builtin kernel fails the conversion
+    instead of silently becoming a Flex op, and the result is checked for custom ops.
+
+    Args:
+        model: a vit_keras model with a fixed image size.
+        path: the `.tflite` file to write (replaced if it exists).
+        quantization: None (float32), `"float16"` (float16 weights), `"dynamic_int8"` (int8 weights,
+            activations quantised on the fly) or `"int8"` (full integer: weights and activations; float32
+            input and output unless `integer_io`).
+        representative_dataset: for `"int8"`: images in [0, 255] at the model's size to calibrate activation
+            ranges, e.g. a `tf.data`/tfds pipeline of training images, a NumPy array or an iterable.
+        max_calibration_samples: how many images to take from it.
+        include_preprocessing: whether the model rescales [0, 255] itself; None detects it.
+        integer_io: with `"int8"`, make the input uint8 pixels and the output uint8 too (for accelerators
+            such as the Edge TPU that run integer-only graphs); the output's scale and zero point are in the
+            interpreter's output details (`tflite_predict` dequantises it).
+
+    Returns:
+        `path`.
+
+    Example:
+        >>> tflite(model, "vit_int8.tflite", quantization="int8",
+        ...        representative_dataset=train_ds.map(lambda x, y: x).take(100))  # doctest: +SKIP
+        'vit_int8.tflite'
+    """
+    import tensorflow as tf
+
+    quantization = _check_quantization(quantization)
+    spec = describe_model(model, include_preprocessing)
+    calibration = None
+    if quantization == "int8":
+        calibration = calibration_images(representative_dataset, spec.image_size, max_calibration_samples)
+    elif representative_dataset is not None:
+        raise ValueError(f"representative_dataset is only used with quantization='int8', not {quantization!r}.")
+    if integer_io and quantization != "int8":
+        raise ValueError(f"integer_io=True needs quantization='int8' (full integer), not {quantization!r}.")
+
+    with tempfile.TemporaryDirectory(prefix="vit_tflite_") as workdir:
+        converter, _ = _converter(float32_model(model), spec, workdir)
+        converter.target_spec.supported_ops = [
+            tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if quantization == "int8" else tf.lite.OpsSet.TFLITE_BUILTINS
+        ]
+        if quantization is not None:
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        if quantization == "float16":
+            converter.target_spec.supported_types = [tf.float16]
+        if calibration is not None:
+            converter.representative_dataset = lambda: ([image] for image in calibration)
+        if integer_io:
+            converter.inference_input_type = tf.uint8
+            converter.inference_output_type = tf.uint8
+        try:
+            flatbuffer = converter.convert()
+        except Exception as error:  # the converter raises its own ConverterError types
+            raise RuntimeError(
+                f"TFLite conversion ({quantization or 'float32'}) with builtin ops only failed; the model needs an "
+                f"op TFLite has no builtin kernel for (Flex/SELECT_TF_OPS is deliberately not used): "
+                f"{_conversion_summary(error)}"
+            ) from error
+
+    custom = non_builtin_operators(flatbuffer)
+    if custom:
+        raise RuntimeError(f"The converted model contains non-builtin ops {custom}; refusing to write it.")
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(flatbuffer)
+    os.replace(tmp, path)
+    return path
+
+
+def quantize_input(runner, images):
+    """`images` as the signature runner's `images` input takes them: float32, or quantised for `integer_io`.
+
+    Example:
+        >>> quantize_input(interpreter.get_signature_runner(), images).dtype  # doctest: +SKIP
+        dtype('uint8')
+    """
+    detail = runner.get_input_details()["images"]
+    if not np.issubdtype(detail["dtype"], np.integer):
+        return np.asarray(images, dtype=np.float32)
+    scale, zero_point = detail["quantization"]
+    info = np.iinfo(detail["dtype"])
+    return np.clip(np.round(np.asarray(images) / scale + zero_point), info.min, info.max).astype(detail["dtype"])
+
+
+def tflite_predict(path, images, num_threads=None) -> dict:
+    """Run a TFLite file from `tflite()` on float images (N, H, W, 3) in [0, 255] with ai_edge_litert.
+
+    Returns its outputs by name (e.g. `{"probabilities": (N, classes)}`) as float32; integer inputs and
+    outputs (`integer_io=True`) are quantised and dequantised with the file's scales and zero points.
+
+    Example:
+        >>> tflite_predict("vit.tflite", images)["probabilities"].shape  # doctest: +SKIP
+        (8, 10)
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    images = np.asarray(images, dtype=np.float32)
+    interpreter = Interpreter(model_path=os.fspath(path), num_threads=num_threads)
+    detail = interpreter.get_input_details()[0]
+    if images.ndim != 4 or tuple(images.shape[1:]) != tuple(detail["shape"][1:]):
+        raise ValueError(
+            f"images must be (batch, {', '.join(map(str, detail['shape'][1:]))}), got shape {images.shape}."
+        )
+    interpreter.resize_tensor_input(detail["index"], list(images.shape))
+    interpreter.allocate_tensors()
+    runner = interpreter.get_signature_runner(SERVING_DEFAULT)
+    outputs = runner(images=quantize_input(runner, images))
+    details = runner.get_output_details()
+    results = {}
+    for name, value in outputs.items():
+        value = np.array(value)
+        if np.issubdtype(value.dtype, np.integer):
+            scale, zero_point = details[name]["quantization"]
+            value = (value.astype(np.float32) - zero_point) * np.float32(scale)
+        results[name] = value
+    return results

@@ -1,0 +1,161 @@
+"""A SavedModel that TF Serving serves as it is: `<export_dir>/<version>/`, written atomically."""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+import os
+import shutil
+import tempfile
+
+from vit_keras.export.signatures import (
+    SERVING_DEFAULT,
+    check_class_names,
+    check_top_k,
+    describe_model,
+    serving_functions,
+)
+
+
+def _version_number(version) -> int:
+    if isinstance(version, bool) or not isinstance(version, numbers.Integral) or version < 0:
+        raise ValueError(
+            f"`version` must be a non-negative int (TF Serving loads numbered sub-directories), got {version!r}."
+        )
+    return int(version)
+
+
+def _next_free_version(export_dir: str) -> int:
+    versions = [int(name) for name in os.listdir(export_dir) if name.isdigit()]
+    return max(versions, default=0) + 1
+
+
+@contextlib.contextmanager
+def atomic_directory(final_path: str, overwrite: bool = False):
+    """Yield a temporary directory beside `final_path` that becomes `final_path` only if the block succeeds.
+
+    The temporary name starts with a dot, so TF Serving (which loads numbered directories) never sees a
+    half-written version; on error it is removed and an existing `final_path` is left untouched.
+
+    Example:
+        >>> with atomic_directory("models/vit/3") as tmp:  # doctest: +SKIP
+        ...     write_everything_into(tmp)
+    """
+    parent, name = os.path.split(os.path.abspath(final_path))
+    os.makedirs(parent, exist_ok=True)
+    if os.path.lexists(final_path) and not overwrite:
+        raise ValueError(f"{final_path} already exists; pass overwrite=True to replace it, or write elsewhere.")
+    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
+    try:
+        yield tmp
+        if os.path.lexists(final_path):
+            # Move the old one aside first: os.rename cannot replace a non-empty directory.
+            trash = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
+            os.rename(final_path, os.path.join(trash, name))
+            os.rename(tmp, final_path)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.rename(tmp, final_path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def build_serving_module(model, top_k: int = 5, class_names=None, include_preprocessing=None):
+    """A `tf.Module` holding `model` and its serving `tf.function`s, plus the signatures dict to save it with.
+
+    Example:
+        >>> module, signatures = build_serving_module(model)  # doctest: +SKIP
+        >>> tf.saved_model.save(module, "vit/1", signatures=signatures)  # doctest: +SKIP
+    """
+    import tensorflow as tf
+
+    spec = describe_model(model, include_preprocessing)
+    names = check_class_names(spec, class_names)
+    functions = serving_functions(model, spec, check_top_k(spec, top_k), names)
+    module = tf.Module(name="vit_serving")
+    # Track the model's variables, not the model: a compiled model would drag its optimizer state along.
+    module.model_variables = list(model.variables)
+    for name, function in functions.items():
+        setattr(module, name, function)
+    return module, functions
+
+
+def saved_model(
+    model,
+    export_dir,
+    version=1,
+    class_names=None,
+    top_k=5,
+    overwrite=False,
+    include_preprocessing=None,
+):
+    """Export `model` as a SavedModel for TF Serving at `<export_dir>/<version>/`.
+
+    Signatures (all take RGB in [0, 255]; a model built with `include_preprocessing=False` gets the
+    rescaling to [-1, 1] inside the signature):
+
+    - `serving_default`: `images` float32 (batch, H, W, 3) -> `probabilities` (or `logits` for a model built
+      with `classifier_activation=None`), `top_k_classes` int32 (batch, k), `top_k_scores` float32 (batch, k)
+      (top-k of the main output) and, when `class_names` are given, `top_k_labels` string (batch, k). A model
+      built with `include_top=False` returns `features` (the pooled embedding) instead, plus `tokens` when it
+      has no pooling.
+    - `serve_bytes`: `image_bytes` string (batch,): encoded JPEG/PNG/GIF/BMP images (what REST's
+      `{"b64": ...}` carries), decoded, resized to (H, W) with bilinear `tf.image.resize` and served as above.
+
+    The directory is written to a hidden temporary directory beside it and renamed into place, so TF
+    Serving never loads a half-written version. It loads with TensorFlow alone (`tf.saved_model.load`), no
+    vit_keras needed.
+
+    Args:
+        model: a vit_keras model with a fixed image size.
+        export_dir: the model's base directory (TF Serving's `--model_base_path`).
+        version: the version sub-directory, a non-negative int.
+        class_names: one name per class, served as `top_k_labels`.
+        top_k: how many classes `top_k_*` return (at most the number of classes).
+        overwrite: replace an existing version directory (otherwise it is a `ValueError`).
+        include_preprocessing: whether the model rescales [0, 255] itself; None detects it.
+
+    Returns:
+        The path of the version directory.
+
+    Example:
+        >>> model = vit_keras.ViTB16(classes=10)  # doctest: +SKIP
+        >>> saved_model(model, "models/vit", version=1, class_names=[str(i) for i in range(10)])  # doctest: +SKIP
+        'models/vit/1'
+    """
+    import tensorflow as tf
+
+    version = _version_number(version)
+    module, functions = build_serving_module(model, top_k, class_names, include_preprocessing)
+    export_dir = os.fspath(export_dir)
+    version_dir = os.path.join(export_dir, str(version))
+    if os.path.lexists(version_dir) and not overwrite:
+        raise ValueError(
+            f"{version_dir} already exists; pass overwrite=True to replace it, or version="
+            f"{_next_free_version(export_dir)} (the next free version)."
+        )
+    with atomic_directory(version_dir, overwrite=overwrite) as tmp:
+        tf.saved_model.save(module, tmp, signatures=functions)
+    return version_dir
+
+
+def signature_summary(path: str) -> dict:
+    """`{signature: {"inputs": {name: (dtype, shape)}, "outputs": {...}}}` of a SavedModel on disk.
+
+    Example:
+        >>> signature_summary("models/vit/1")["serving_default"]["inputs"]  # doctest: +SKIP
+        {'images': ('float32', (None, 224, 224, 3))}
+    """
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(path)
+    summary = {}
+    for name, function in loaded.signatures.items():
+        inputs = function.structured_input_signature[1]
+        outputs = function.structured_outputs
+        summary[name] = {
+            "inputs": {k: (v.dtype.name, tuple(v.shape.as_list())) for k, v in sorted(inputs.items())},
+            "outputs": {k: (v.dtype.name, tuple(v.shape.as_list())) for k, v in sorted(outputs.items())},
+        }
+    return dict(sorted(summary.items(), key=lambda item: item[0] != SERVING_DEFAULT))

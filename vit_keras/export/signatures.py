@@ -1,0 +1,277 @@
+"""What an exported ViT takes and returns, and the `tf.function`s that serve it.
+
+Every exported artifact takes RGB images in [0, 255], whatever the model was built with: a model built with
+`include_preprocessing=False` (it takes [-1, 1]) gets the `x / 127.5 - 1` rescaling inside the signature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+
+import keras
+
+IMAGES_INPUT = "images"
+BYTES_INPUT = "image_bytes"
+SERVING_DEFAULT = "serving_default"
+SERVE_BYTES = "serve_bytes"
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingSpec:
+    """How a vit_keras model is served.
+
+    Attributes:
+        image_size: (height, width) the model takes.
+        model_rescales: whether the model rescales [0, 255] itself (`include_preprocessing=True`).
+        output_name: `"probabilities"`, `"logits"`, `"features"` (pooled embedding) or `"tokens"`
+            (the encoder's token sequence, for `include_top=False, pooling=None`).
+        output_size: classes, or the embedding width.
+        num_prefix_tokens: 1 with a class token, 0 for `classifier="gap"` (used to pool `"tokens"`).
+    """
+
+    image_size: tuple[int, int]
+    model_rescales: bool
+    output_name: str
+    output_size: int
+    num_prefix_tokens: int
+
+    @property
+    def is_classifier(self) -> bool:
+        return self.output_name in ("probabilities", "logits")
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The model's own outputs as exported (before any top-k)."""
+        return ("features", "tokens") if self.output_name == "tokens" else (self.output_name,)
+
+
+def _walk_layers(model):
+    """Every layer of `model`, descending into nested models."""
+    for layer in model.layers:
+        yield layer
+        if isinstance(layer, keras.Model):
+            yield from _walk_layers(layer)
+
+
+def describe_model(model, include_preprocessing=None) -> ServingSpec:
+    """Check that `model` is a vit_keras model with a fixed image size and say how to serve it.
+
+    Args:
+        model: a `keras.Model` built by `vit_keras.ViT` (or a named constructor, or loaded from a `.keras` file
+            saved from one), possibly nested inside another functional model.
+        include_preprocessing: whether the model rescales [0, 255] inputs itself; None detects it (a
+            `Rescaling` layer in the model).
+
+    Example:
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3,
+        ...                       mlp_dim=96, classes=10)  # doctest: +SKIP
+        >>> describe_model(model).output_name  # doctest: +SKIP
+        'probabilities'
+    """
+    from vit_keras.layers import PatchEncoder, Patches
+
+    if not isinstance(model, keras.Model):
+        raise ValueError(
+            f"Expected a keras.Model built by vit_keras (e.g. vit_keras.ViTB16(...) or keras.models.load_model of "
+            f"a .keras file saved from one), got {type(model).__name__}."
+        )
+    layers = list(_walk_layers(model))
+    encoders = [layer for layer in layers if isinstance(layer, PatchEncoder)]
+    if not any(isinstance(layer, Patches) for layer in layers) or not encoders:
+        raise ValueError(
+            f"Model {model.name!r} is not a vit_keras ViT (it has no Patches/PatchEncoder layers); export needs one "
+            "to know its image size and preprocessing. Build it with vit_keras.ViT(...) or a named constructor, or "
+            "load a .keras file saved from one."
+        )
+    if len(model.inputs) != 1 or len(model.outputs) != 1:
+        raise ValueError(
+            f"Export expects a model with one image input and one output, got {len(model.inputs)} inputs and "
+            f"{len(model.outputs)} outputs."
+        )
+    shape = tuple(model.inputs[0].shape)
+    if len(shape) != 4 or shape[1] is None or shape[2] is None:
+        raise ValueError(
+            f"The model's input shape {shape} has an undefined image size; serving and TFLite need a fixed one. "
+            "Build the model with image_size=(height, width) (e.g. vit_keras.ViT(image_size=224, ...))."
+        )
+    if shape[3] != 3:
+        raise ValueError(f"Export serves RGB images, but the model takes {shape[3]} channels; build it with 3.")
+
+    if include_preprocessing is None:
+        include_preprocessing = any(isinstance(layer, keras.layers.Rescaling) for layer in layers)
+
+    output = model.outputs[0]
+    producer = output._keras_history.operation
+    if len(output.shape) == 3:
+        output_name = "tokens"
+    elif len(output.shape) != 2:
+        raise ValueError(f"Unexpected model output shape {tuple(output.shape)}; expected (batch, K) or (batch, T, D).")
+    elif isinstance(producer, keras.layers.Activation):
+        output_name = "probabilities"
+    elif isinstance(producer, keras.layers.Dense) and producer.name == "head":
+        output_name = "logits"
+    else:
+        output_name = "features"
+    return ServingSpec(
+        image_size=(int(shape[1]), int(shape[2])),
+        model_rescales=bool(include_preprocessing),
+        output_name=output_name,
+        output_size=int(output.shape[-1]),
+        num_prefix_tokens=int(encoders[-1].num_prefix_tokens),
+    )
+
+
+def _float32_dtypes(config):
+    """`config` with every mixed-precision dtype policy replaced by float32 (weights are float32 already)."""
+    if isinstance(config, dict):
+        if config.get("class_name") == "DTypePolicy" and str(config.get("config", {}).get("name", "")).startswith(
+            "mixed_"
+        ):
+            return "float32"
+        return {key: _float32_dtypes(value) for key, value in config.items()}
+    if isinstance(config, list):
+        return [_float32_dtypes(value) for value in config]
+    return config
+
+
+def float32_model(model):
+    """`model` itself, or a float32 copy with the same weights when it computes in bfloat16/float16.
+
+    TFLite has no bfloat16 kernels, so a model trained under `mixed_bfloat16` is converted as float32 (and
+    quantised from there).
+
+    Example:
+        >>> float32_model(model) is model  # a float32 model  # doctest: +SKIP
+        True
+    """
+    if all(layer.compute_dtype == "float32" for layer in _walk_layers(model)):
+        return model
+    copy = type(model).from_config(_float32_dtypes(model.get_config()))
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def check_class_names(spec: ServingSpec, class_names):
+    """`class_names` as a tuple of str, checked against the model's classes (None stays None).
+
+    Example:
+        >>> check_class_names(spec, ["cat", "dog"])  # doctest: +SKIP
+        ('cat', 'dog')
+    """
+    if class_names is None:
+        return None
+    if isinstance(class_names, str):
+        raise ValueError("`class_names` must be a sequence of names, one per class, not a single string.")
+    names = tuple(str(name) for name in class_names)
+    if not spec.is_classifier:
+        raise ValueError(
+            f"`class_names` only apply to a classifier, but this model outputs {spec.output_name}; "
+            "drop class_names or export a model with include_top=True."
+        )
+    if len(names) != spec.output_size:
+        raise ValueError(f"`class_names` has {len(names)} names but the model has {spec.output_size} classes.")
+    return names
+
+
+def check_top_k(spec: ServingSpec, top_k) -> int:
+    """`top_k` as an int no larger than the number of classes.
+
+    Example:
+        >>> check_top_k(spec_with_3_classes, 5)  # doctest: +SKIP
+        3
+    """
+    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:
+        raise ValueError(f"`top_k` must be a positive int, got {top_k!r}.")
+    return min(int(top_k), spec.output_size) if spec.is_classifier else int(top_k)
+
+
+def model_outputs(model, spec: ServingSpec, images):
+    """The model's outputs, by exported name, for float RGB `images` in [0, 255] (a `tf.Tensor`).
+
+    Example:
+        >>> model_outputs(model, describe_model(model), tf.zeros((1, 224, 224, 3)))  # doctest: +SKIP
+        {'probabilities': <tf.Tensor: shape=(1, 1000), dtype=float32, ...>}
+    """
+    import tensorflow as tf
+
+    x = images if spec.model_rescales else images / 127.5 - 1.0
+    y = model(x, training=False)
+    if spec.output_name != "tokens":
+        return {spec.output_name: tf.cast(y, tf.float32)}
+    tokens = tf.cast(y, tf.float32)
+    if spec.num_prefix_tokens:
+        features = tokens[:, 0]
+    else:
+        features = tf.reduce_mean(tokens, axis=1)
+    return {"features": features, "tokens": tokens}
+
+
+def with_top_k(outputs, spec: ServingSpec, top_k: int, class_names):
+    """Add `top_k_classes`, `top_k_scores` (and `top_k_labels`) over a classifier's main output.
+
+    Example:
+        >>> sorted(with_top_k({"probabilities": probs}, spec, 5, None))  # doctest: +SKIP
+        ['probabilities', 'top_k_classes', 'top_k_scores']
+    """
+    import tensorflow as tf
+
+    if not spec.is_classifier:
+        return outputs
+    scores, classes = tf.math.top_k(outputs[spec.output_name], k=top_k)
+    outputs = {**outputs, "top_k_classes": classes, "top_k_scores": scores}
+    if class_names is not None:
+        outputs["top_k_labels"] = tf.gather(tf.constant(class_names, dtype=tf.string), classes)
+    return outputs
+
+
+def images_spec(spec: ServingSpec, batch_size=None):
+    """The `tf.TensorSpec` of the `images` input: float32 (batch, H, W, 3).
+
+    Example:
+        >>> images_spec(spec).name  # doctest: +SKIP
+        'images'
+    """
+    import tensorflow as tf
+
+    return tf.TensorSpec((batch_size, *spec.image_size, 3), tf.float32, name=IMAGES_INPUT)
+
+
+def decode_images(image_bytes, image_size):
+    """Decode a batch of encoded JPEG/PNG/GIF/BMP strings to float RGB (batch, H, W, 3) in [0, 255].
+
+    Resized with bilinear `tf.image.resize` to the model's size, no crop, like vit_jax's evaluation.
+
+    Example:
+        >>> decode_images(tf.constant([open("cat.jpg", "rb").read()]), (224, 224)).shape  # doctest: +SKIP
+        TensorShape([1, 224, 224, 3])
+    """
+    import tensorflow as tf
+
+    def decode(data):
+        image = tf.io.decode_image(data, channels=3, expand_animations=False, dtype=tf.uint8)
+        image = tf.image.resize(tf.cast(image, tf.float32), image_size)
+        return tf.ensure_shape(image, (*image_size, 3))
+
+    return tf.map_fn(decode, image_bytes, fn_output_signature=tf.TensorSpec((*image_size, 3), tf.float32))
+
+
+def serving_functions(model, spec: ServingSpec, top_k: int = 5, class_names=None):
+    """The `serving_default` (float images) and `serve_bytes` (encoded images) `tf.function`s.
+
+    Example:
+        >>> sorted(serving_functions(model, describe_model(model)))  # doctest: +SKIP
+        ['serve_bytes', 'serving_default']
+    """
+    import tensorflow as tf
+
+    @tf.function(input_signature=[images_spec(spec)], autograph=False)
+    def serve_images(images):
+        return with_top_k(model_outputs(model, spec, images), spec, top_k, class_names)
+
+    @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name=BYTES_INPUT)], autograph=False)
+    def serve_bytes(image_bytes):
+        images = decode_images(image_bytes, spec.image_size)
+        return with_top_k(model_outputs(model, spec, images), spec, top_k, class_names)
+
+    return {SERVING_DEFAULT: serve_images, SERVE_BYTES: serve_bytes}
