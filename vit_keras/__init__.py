@@ -1,0 +1,60 @@
+"""vit_keras: the Vision Transformer (Dosovitskiy et al., 2020) for Keras 3 and TensorFlow.
+
+Example:
+    >>> import vit_keras
+    >>> model = vit_keras.ViTB16(weights=None, classes=10)  # doctest: +SKIP
+"""
+
+from vit_keras import configs, data, export, inspection, layers, training
+from vit_keras.models import (
+    ViT,
+    ViTB8,
+    ViTB16,
+    ViTB32,
+    ViTH14,
+    ViTL16,
+    ViTL32,
+    ViTR26B32,
+    ViTR26S32,
+    ViTR50B16,
+    ViTR50L32,
+    ViTRTi16,
+    ViTS16,
+    ViTS32,
+    ViTTi16,
+    decode_predictions,
+    imagenet_classes,
+    preprocess_input,
+)
+from vit_keras.weights import list_weights, load_weights
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ViT",
+    "ViTB8",
+    "ViTB16",
+    "ViTB32",
+    "ViTH14",
+    "ViTL16",
+    "ViTL32",
+    "ViTR26B32",
+    "ViTR26S32",
+    "ViTR50B16",
+    "ViTR50L32",
+    "ViTRTi16",
+    "ViTS16",
+    "ViTS32",
+    "ViTTi16",
+    "configs",
+    "data",
+    "decode_predictions",
+    "export",
+    "imagenet_classes",
+    "inspection",
+    "layers",
+    "list_weights",
+    "load_weights",
+    "preprocess_input",
+    "training",
+]

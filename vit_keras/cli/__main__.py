@@ -1,0 +1,5 @@
+import sys
+
+from vit_keras.cli import main
+
+sys.exit(main())
