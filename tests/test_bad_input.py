@@ -27,7 +27,9 @@ import vit_keras
         (dict(position_embedding="relative"), r"`position_embedding` must be one of"),
         (dict(image_size=(32, 32, 3)), r"`image_size` must be an int or a \(height, width\) pair"),
         (dict(resnet={"num_layers": [1]}, patch_size=1, image_size=30), r"hybrid's total stride 4.*use 28 or 32"),
-        (dict(weights="imagenet2012.pth"), r"Unsupported `weights` value"),
+        (dict(weights="imagenet2012.pth"), r"is a PyTorch pickle file.*safetensors twin"),
+        (dict(weights=3), r"Unsupported `weights` value 3: pass None, a registered name"),
+        (dict(weights="imagenet21k+imagenett2012"), r"imagenet21k\+imagenet2012"),
         (dict(weights="missing.weights.h5"), r"does not exist"),
     ],
 )
@@ -60,6 +62,13 @@ def test_weights_that_do_not_fit_name_the_fix(tiny_kwargs, tmp_path):
     vit_keras.ViT(image_size=32, classes=2, **{**tiny_kwargs, "hidden_size": 24}).save_weights(path)
     with pytest.raises(ValueError, match="same arguments"):
         vit_keras.ViT(image_size=32, classes=2, weights=path, **tiny_kwargs)
+
+
+def test_weights_file_of_unknown_format_names_the_supported_ones(tiny_kwargs, tmp_path):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match=r"Cannot tell the format of .*model.onnx.*Google .npz, a timm .safetensors"):
+        vit_keras.ViT(image_size=32, weights=str(path), **tiny_kwargs)
 
 
 def test_decode_predictions_rejects_bad_top():
