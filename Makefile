@@ -26,11 +26,21 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest -q
 
-benchmark: $(STAMP)
-	$(BIN)/python scripts/benchmark.py
+# The peers: keras-hub (--no-deps: its tensorflow-text requirement would pull the CUDA `tensorflow` package) and
+# the earlier Keras port vit-keras 0.2.0, in a directory of its own since it also imports as `vit_keras`.
+PEERS := $(VENV)/.peers
+$(PEERS): $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps keras-hub==0.32.0
+	$(BIN)/python -m pip install --quiet --no-deps --target .venv-vitkeras020 vit-keras==0.2.0 validators==0.35.0 \
+		opencv-python-headless==5.0.0.93
+	touch $(PEERS)
+
+benchmark: $(PEERS)
+	$(BIN)/python scripts/benchmark.py --suite inference --json benchmark_inference.json
+	$(BIN)/python scripts/benchmark.py --suite training --json benchmark_training.json
 
 clean:
-	rm -rf $(VENV) demo_output .pytest_cache
+	rm -rf $(VENV) .venv-vitkeras020 demo_output .pytest_cache
 
 .PHONY: benchmark-export
 # Size, CPU latency and agreement of every deployment format for the demo's trained model (run `make demo` first).

@@ -1,0 +1,392 @@
+"""Speed and memory of vit_keras beside its peers, measured in one run and reported as ratios.
+
+Every case (library x task x batch x precision x XLA) runs in a fresh process, so each has its own peak RSS
+and no precision policy, XLA cache or thread pool leaks from one case into the next. All models are ViT-B/16
+at 224 px with random weights (weights do not change the speed) and produce the same thing: the 197 x 768
+token sequence after the final LayerNorm for inference, 1000-class logits for training.
+
+    python scripts/benchmark.py                            # inference: batch 1 and 16, fp32 and bf16
+    python scripts/benchmark.py --suite training           # fine-tune step: fp32 and bf16, XLA on and off
+    python scripts/benchmark.py --suite attention          # the attention implementations, one encoder block
+    python scripts/benchmark.py --quick                    # a tiny model: checks the script in seconds
+    python scripts/benchmark.py --json results.json        # also write every measurement
+
+Peers: keras-hub's `ViTBackbone` (`pip install --no-deps keras-hub==0.32.0`), timm's `VisionTransformer`
+(eager PyTorch on CPU, `torch.compile` on GPU) and the earlier Keras port vit-keras 0.2.0, which imports as
+`vit_keras` too and so runs from its own directory (`--vit-keras-0.2.0-path`, installed with
+`pip install --target DIR --no-deps vit-keras==0.2.0 validators opencv-python-headless`). A peer that is
+not installed is reported as skipped. `make benchmark` installs them and runs the inference and training suites.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARCHITECTURES = {
+    "B/16": dict(image_size=224, patch_size=16, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072),
+    # --quick: small enough to run every case in seconds; it checks the script, not the libraries.
+    "tiny": dict(image_size=64, patch_size=16, hidden_size=64, num_layers=2, num_heads=2, mlp_dim=128),
+}
+LIBRARIES = ("vit_keras", "keras-hub", "vit-keras-0.2.0", "timm")
+PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+CLASSES = 1000
+
+
+# --- the worker: one case in this process --------------------------------------------------------------------
+
+
+class Skipped(Exception):
+    """The peer this case needs is not installed."""
+
+
+def _keras_model(case):
+    """The case's Keras model; inference models return tokens, training models 1000-class logits."""
+    import keras
+
+    keras.mixed_precision.set_global_policy(PRECISIONS[case["precision"]])
+    arch = ARCHITECTURES[case["architecture"]]
+    size = arch["image_size"]
+    train = case["task"] == "training"
+    library = case["library"]
+    if library == "vit_keras":
+        sys.path.insert(0, REPO)
+        import vit_keras
+
+        return vit_keras.ViT(**arch, include_top=train, pooling=None, classes=CLASSES, classifier_activation=None,
+                             include_preprocessing=False)
+    if library == "keras-hub":
+        try:
+            import keras_hub
+        except ImportError as error:
+            raise Skipped("keras-hub is not installed (pip install --no-deps keras-hub==0.32.0)") from error
+        backbone = keras_hub.models.ViTBackbone(
+            image_shape=(size, size, 3), patch_size=arch["patch_size"], num_layers=arch["num_layers"],
+            num_heads=arch["num_heads"], hidden_dim=arch["hidden_size"], mlp_dim=arch["mlp_dim"])
+        if not train:
+            return backbone
+        tokens = backbone.output
+        logits = keras.layers.Dense(CLASSES, dtype="float32")(tokens[:, 0])
+        return keras.Model(backbone.input, logits)
+    if library == "vit-keras-0.2.0":
+        try:
+            from vit_keras import vit  # the 0.2.0 package: this process runs with its directory first on sys.path
+        except ImportError as error:
+            raise Skipped("vit-keras 0.2.0 is not installed (see --vit-keras-0.2.0-path)") from error
+        if "vit_b16" not in dir(vit) or arch["patch_size"] != 16 or case["architecture"] != "B/16":
+            raise Skipped("vit-keras 0.2.0 only builds the paper's variants")
+        return vit.vit_b16(image_size=size, pretrained=False, include_top=train, pretrained_top=False,
+                           classes=CLASSES)
+    raise ValueError(f"unknown Keras library {library!r}")
+
+
+def _time_calls(step, batch, min_seconds, min_calls):
+    """Median seconds per call after two warm-up calls (the first one compiles)."""
+    compile_start = time.perf_counter()
+    step()
+    compile_seconds = time.perf_counter() - compile_start
+    step()
+    durations = []
+    start = time.perf_counter()
+    while len(durations) < min_calls or time.perf_counter() - start < min_seconds:
+        begin = time.perf_counter()
+        step()
+        durations.append(time.perf_counter() - begin)
+    median = statistics.median(durations)
+    return {"images_per_s": batch / median, "ms_per_batch": 1000 * median, "calls": len(durations),
+            "first_call_s": compile_seconds}
+
+
+def _run_keras(case, min_seconds, min_calls):
+    import numpy as np
+    import tensorflow as tf
+
+    model = _keras_model(case)
+    size = ARCHITECTURES[case["architecture"]]["image_size"]
+    batch = case["batch"]
+    rng = np.random.default_rng(0)
+    images = tf.constant(rng.uniform(-1, 1, (batch, size, size, 3)).astype("float32"))
+    if case["task"] == "inference":
+        forward = tf.function(lambda x: model(x, training=False), jit_compile=case["xla"])
+
+        def step():
+            forward(images).numpy()
+    else:
+        import keras
+
+        labels = tf.constant(rng.integers(0, CLASSES, batch))
+        # The paper's fine-tuning optimizer, the same for every library.
+        model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9, global_clipnorm=1.0),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=case["xla"])
+
+        def step():
+            model.train_on_batch(images, labels)
+    result = _time_calls(step, batch, min_seconds, min_calls)
+    result["parameters"] = int(model.count_params())
+    if tf.config.list_physical_devices("GPU"):
+        result["peak_device_mib"] = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+    return result
+
+
+def _run_timm(case, min_seconds, min_calls):
+    try:
+        sys.path.insert(0, REPO)
+        from tests.torch_compat import make_torchvision_importable
+
+        make_torchvision_importable()
+        import timm
+        import torch
+    except ImportError as error:
+        raise Skipped("timm and torch are not installed (make test installs them)") from error
+    arch = ARCHITECTURES[case["architecture"]]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    train = case["task"] == "training"
+    model = timm.models.vision_transformer.VisionTransformer(
+        img_size=arch["image_size"], patch_size=arch["patch_size"], embed_dim=arch["hidden_size"],
+        depth=arch["num_layers"], num_heads=arch["num_heads"], mlp_ratio=arch["mlp_dim"] / arch["hidden_size"],
+        num_classes=CLASSES if train else 0, global_pool="token").to(device)
+    if case["torch_compile"] == "on" or (case["torch_compile"] == "auto" and device == "cuda"):
+        model = torch.compile(model)  # PyTorch's counterpart of XLA; on CPU it needs a C++ toolchain
+        result_compiled = True
+    else:
+        result_compiled = False
+    batch, size = case["batch"], arch["image_size"]
+    images = torch.rand(batch, 3, size, size, device=device) * 2 - 1
+    low_precision = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(case["precision"])
+
+    def autocast():
+        return torch.autocast(device_type=device, dtype=low_precision, enabled=low_precision is not None)
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    if not train:
+        model.eval()
+
+        def step():
+            with torch.inference_mode(), autocast():
+                model.forward_features(images)
+            sync()
+    else:
+        labels = torch.randint(0, CLASSES, (batch,), device=device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        scaler = torch.amp.GradScaler(device, enabled=low_precision is torch.float16)
+
+        def step():
+            optimizer.zero_grad(set_to_none=True)
+            with autocast():
+                loss = torch.nn.functional.cross_entropy(model(images), labels)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+            sync()
+
+    result = _time_calls(step, batch, min_seconds, min_calls)
+    result["compiled"] = result_compiled
+    result["parameters"] = sum(p.numel() for p in model.parameters())
+    if device == "cuda":
+        result["peak_device_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return result
+
+
+def _run_attention(case, min_seconds, min_calls):
+    """One B/16 encoder block (batch x 197 tokens x 768) with the attention implementation the case names."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    from keras import ops
+
+    sys.path.insert(0, REPO)
+    from vit_keras.layers import TransformerBlock
+
+    keras.mixed_precision.set_global_policy(PRECISIONS[case["precision"]])
+    arch = ARCHITECTURES[case["architecture"]]
+    heads, width = arch["num_heads"], arch["hidden_size"]
+    tokens = (arch["image_size"] // arch["patch_size"]) ** 2 + 1
+    head_dim = width // heads
+    x = tf.constant(np.random.default_rng(0).normal(size=(case["batch"], tokens, width)).astype("float32"))
+    variant = case["library"]
+    if variant == "keras MultiHeadAttention":
+        block = TransformerBlock(num_heads=heads, mlp_dim=arch["mlp_dim"])
+        block.build(x.shape)
+        layer = block.attention
+
+        def attend(y):
+            return layer(y, y)
+    else:
+        qkv = keras.layers.EinsumDense("btd,dnh->btnh", (tokens, 3 * heads, head_dim), bias_axes="nh")
+        out = keras.layers.EinsumDense("btnh,nhd->btd", (tokens, width), bias_axes="d")
+        qkv.build(x.shape)
+        out.build((None, tokens, heads, head_dim))
+
+        def attend(y):
+            q, k, v = ops.split(qkv(y), 3, axis=2)
+            if variant == "fused QKV + ops.dot_product_attention":
+                context = ops.dot_product_attention(q, k, v)
+            else:  # explicit einsum softmax
+                logits = ops.einsum("bqnh,bknh->bnqk", q * (head_dim**-0.5), k)
+                context = ops.einsum("bnqk,bknh->bqnh", ops.softmax(logits, axis=-1), v)
+            return out(context)
+
+    forward = tf.function(attend, jit_compile=case["xla"])
+    return _time_calls(lambda: forward(x).numpy(), case["batch"], min_seconds, min_calls)
+
+
+def worker(case: dict, min_seconds: float, min_calls: int) -> dict:
+    """Run one case in this process and return its measurements (or why it was skipped)."""
+    import tensorflow as tf
+
+    try:
+        if case["task"] == "attention":
+            result = _run_attention(case, min_seconds, min_calls)
+        elif case["library"] == "timm":
+            result = _run_timm(case, min_seconds, min_calls)
+        else:
+            result = _run_keras(case, min_seconds, min_calls)
+    except Skipped as reason:
+        return {**case, "skipped": str(reason)}
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["device"] = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
+    return {**case, **result}
+
+
+# --- the driver: every case in its own process, then the table ---------------------------------------------
+
+
+def _cases(args):
+    if args.suite == "attention":
+        variants = ("keras MultiHeadAttention", "fused QKV + ops.dot_product_attention", "explicit einsum softmax")
+        return [dict(task="attention", library=v, batch=b, precision=p, xla=x, architecture=args.architecture)
+                for b in args.batch_sizes for p in args.precisions for x in args.xla for v in variants]
+    cases = []
+    for b in args.batch_sizes:
+        for p in args.precisions:
+            for lib in args.libraries:
+                # XLA is a TensorFlow setting: timm runs once per batch and precision, compiled or eager.
+                for x in ([True] if lib == "timm" else args.xla):
+                    cases.append(dict(task=args.suite, library=lib, batch=b, precision=p, xla=x,
+                                      architecture=args.architecture, torch_compile=args.torch_compile))
+    return cases
+
+
+def _run_case(case, args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    command = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(case),
+               "--min-seconds", str(args.min_seconds), "--min-calls", str(args.min_calls)]
+    if case["library"] == "vit-keras-0.2.0":
+        if not args.vit_keras_020_path:
+            return {**case, "skipped": "no --vit-keras-0.2.0-path given"}
+        # Its package is also called vit_keras: put its directory first and keep this repository off the path.
+        env["PYTHONPATH"] = os.path.abspath(args.vit_keras_020_path)
+    try:
+        process = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.timeout,
+                                 cwd=os.path.dirname(os.path.abspath(__file__)))
+    except subprocess.TimeoutExpired:
+        return {**case, "skipped": f"took longer than {args.timeout} s"}
+    lines = [line for line in process.stdout.splitlines() if line.startswith("{")]
+    if process.returncode or not lines:
+        return {**case, "skipped": f"failed (exit {process.returncode}): {process.stderr.strip()[-400:]}"}
+    return json.loads(lines[-1])
+
+
+def _key(result, xla=None):
+    return (result["task"], result["batch"], result["precision"], result["xla"] if xla is None else xla)
+
+
+def table(results) -> str:
+    """Markdown: one row per case, with the ratio of vit_keras' throughput to that case's."""
+    reference = {_key(r): r for r in results if r["library"] in ("vit_keras", "keras MultiHeadAttention")
+                 and "images_per_s" in r}
+    rows = ["| task | library | batch | precision | XLA / compiled | images/s | ms/batch | first call s "
+            "| peak RSS MiB | vit_keras ÷ this |",
+            "|---|---|---:|---|---|---:|---:|---:|---:|---:|"]
+    for r in results:
+        compiled = ("torch.compile" if r.get("compiled") else "eager") if r["library"] == "timm" else \
+            ("yes" if r["xla"] else "no")
+        head = f"| {r['task']} | {r['library']} | {r['batch']} | {r['precision']} | {compiled} "
+        if "skipped" in r:
+            rows.append(head + f"| skipped: {r['skipped'][:120]} | | | | |")
+            continue
+        # timm is compared with vit_keras under XLA, the way each is meant to run fast.
+        ours = reference.get(_key(r, xla=True if r["library"] == "timm" else None))
+        ratio = f"{ours['images_per_s'] / r['images_per_s']:.2f}" if ours else "—"
+        rows.append(head + f"| {r['images_per_s']:.2f} | {r['ms_per_batch']:.1f} | {r['first_call_s']:.1f} "
+                    f"| {r['peak_rss_mib']:.0f} | {ratio} |")
+    return "\n".join(rows)
+
+
+def _yes_no(text):
+    return {"on": [True], "off": [False], "both": [False, True]}[text]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--suite", choices=("inference", "training", "attention"), default="inference")
+    parser.add_argument("--libraries", default=",".join(LIBRARIES),
+                        help=f"comma-separated, from {', '.join(LIBRARIES)} (default: all)")
+    parser.add_argument("--batch-sizes", default=None, help="comma-separated (default: 1,16; training: 8)")
+    parser.add_argument("--precisions", default="float32,bfloat16", help="from float32, bfloat16, float16")
+    parser.add_argument("--xla", choices=("on", "off", "both"), default=None,
+                        help="XLA for Keras, torch.compile for timm (default: inference on, training both)")
+    parser.add_argument("--torch-compile", choices=("auto", "on", "off"), default="auto",
+                        help="torch.compile the timm model (auto: on GPUs only)")
+    parser.add_argument("--quick", action="store_true", help="a tiny model and short timings")
+    parser.add_argument("--min-seconds", type=float, default=None, help="time each case at least this long")
+    parser.add_argument("--min-calls", type=int, default=None, help="and at least this many calls")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds before a case is given up")
+    parser.add_argument("--vit-keras-0.2.0-path", dest="vit_keras_020_path",
+                        default=os.path.join(REPO, ".venv-vitkeras020"),
+                        help="a directory holding vit-keras 0.2.0 (pip install --target)")
+    parser.add_argument("--json", default=None, help="write every measurement to this file")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.min_seconds = args.min_seconds if args.min_seconds is not None else (0.2 if args.quick else 10.0)
+    args.min_calls = args.min_calls if args.min_calls is not None else (2 if args.quick else 3)
+
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker), args.min_seconds, args.min_calls)))
+        return 0
+
+    args.architecture = "tiny" if args.quick else "B/16"
+    args.libraries = [name.strip() for name in args.libraries.split(",") if name.strip()]
+    unknown = sorted(set(args.libraries) - set(LIBRARIES))
+    if unknown:
+        parser.error(f"unknown libraries {unknown}; choose from {', '.join(LIBRARIES)}")
+    default_batches = "8" if args.suite == "training" else "1,16"
+    args.batch_sizes = [int(b) for b in (args.batch_sizes or default_batches).split(",")]
+    args.precisions = [p.strip() for p in args.precisions.split(",")]
+    if set(args.precisions) - set(PRECISIONS):
+        parser.error(f"precisions must come from {', '.join(PRECISIONS)}")
+    args.xla = _yes_no(args.xla or ("both" if args.suite == "training" else "on"))
+
+    print(f"# {args.suite}: ViT-{args.architecture}, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}", flush=True)
+    results = []
+    for case in _cases(args):
+        result = _run_case(case, args)
+        results.append(result)
+        shown = result.get("skipped") or f"{result['images_per_s']:.2f} images/s"
+        print(f"  {case['library']:<40} batch {case['batch']:>3} {case['precision']:<8} "
+              f"xla={case['xla']!s:<5} {shown}", flush=True)
+    print()
+    print(table(results))
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump(results, file, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
