@@ -149,11 +149,16 @@ def vit_forward(
     resnet_layers=None,
     include_preprocessing=False,
     source_grid=None,
+    posemb_before_class_token=False,
 ):
     """Logits of the paper's ViT for NHWC `images`, from raw-name parameters `p` (float64 throughout).
 
     Position embeddings stored for another grid (`source_grid`, or square when not given) are resampled
     with vit_jax's `interpolate_posembed` semantics.
+
+    `posemb_before_class_token=True` is big_vision's `models/vit.py` order: tokens = patches + pos_embedding
+    (a (1, N, D) table for the N grid tokens only), then the class token is concatenated with no position
+    embedding. False is vit_jax's: concatenate the class token, then add a (1, N+1, D) table.
     """
     p = {key: np.asarray(value, np.float64) for key, value in p.items()}
     if num_layers is None:
@@ -169,13 +174,23 @@ def vit_forward(
     patches = patches.reshape(n, gh * gw, patch_size * patch_size * c)
     kernel = p["embedding/kernel"]
     x = patches @ kernel.reshape(-1, kernel.shape[-1]) + p["embedding/bias"]
-    if classifier == "token":
-        x = np.concatenate([np.broadcast_to(p["cls"], (n, 1, x.shape[-1])), x], axis=1)
     pos = p["Transformer/posembed_input/pos_embedding"]
-    prefix = 1 if classifier == "token" else 0
-    if pos.shape[1] != x.shape[1] or (source_grid is not None and tuple(source_grid) != (gh, gw)):
-        pos = interpolate_posembed(pos, (gh, gw), prefix, source_grid)
-    x = x + pos
+
+    def add_posemb(tokens, prefix):
+        table = pos
+        if table.shape[1] != tokens.shape[1] or (source_grid is not None and tuple(source_grid) != (gh, gw)):
+            table = interpolate_posembed(table, (gh, gw), prefix, source_grid)
+        return tokens + table
+
+    def add_class_token(tokens):
+        if classifier != "token":
+            return tokens
+        return np.concatenate([np.broadcast_to(p["cls"], (n, 1, tokens.shape[-1])), tokens], axis=1)
+
+    if posemb_before_class_token:
+        x = add_class_token(add_posemb(x, 0))
+    else:
+        x = add_posemb(add_class_token(x), 1 if classifier == "token" else 0)
     for i in range(num_layers):
         pre = f"Transformer/encoderblock_{i}/"
         y = layer_norm(x, p[pre + "LayerNorm_0/scale"], p[pre + "LayerNorm_0/bias"], layer_norm_epsilon)

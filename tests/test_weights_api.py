@@ -220,3 +220,191 @@ def test_head_after_pre_logits_needs_the_representation_layer():
     model = vit_keras.ViT(**_kwargs(meta, representation_size=None))
     with pytest.warns(UserWarning, match="head on 24 features.*representation_size=24"):
         vit_keras.load_weights(model, path)
+
+
+# ---------------------------------------------------------------- interpolation= and source_grid= at construction
+
+
+def _rectangular_checkpoint(tmp_path, grid=(4, 16)):
+    """The vitjax_token_raw weights with the 8x8 position grid read as `grid` (same 64 tokens, other geometry)."""
+    _, path, _, _ = _fixture("vitjax_token_raw")
+    params = dict(np.load(path))
+    out = tmp_path / f"rect_{grid[0]}x{grid[1]}.npz"
+    np.savez(out, **params)
+    return str(out), params
+
+
+def test_vit_passes_interpolation_to_the_loader(tmp_path):
+    """ViT(weights=..., interpolation=...) == load_weights(model, ..., interpolation=...), for both methods; the
+    default stays vit_jax's (the vitjax_resample fixture's logits, 2e-5)."""
+    from vit_keras.weights.resample import resample_position_embeddings
+
+    meta, path, x, expected = _fixture("vitjax_resample")
+    table = np.load(path)["Transformer/posembed_input/pos_embedding"]
+    tables = {}
+    for interpolation in ("linear", "bicubic"):
+        model = vit_keras.ViT(**_kwargs(meta), weights=path, interpolation=interpolation)
+        tables[interpolation] = model.get_layer("patch_encoder").pos_embedding.numpy()
+        later = vit_keras.load_weights(vit_keras.ViT(**_kwargs(meta)), path, interpolation=interpolation)
+        np.testing.assert_array_equal(later.get_layer("patch_encoder").pos_embedding.numpy(), tables[interpolation])
+        # float32 storage of the same resampling: 1e-6.
+        reference = resample_position_embeddings(table, (12, 12), interpolation=interpolation)
+        assert np.abs(tables[interpolation] - reference).max() <= 1e-6
+        if interpolation == "linear":
+            assert np.abs(_run(model, x) - expected).max() <= TOLERANCE
+    assert np.abs(tables["linear"] - tables["bicubic"]).max() > 1e-2  # the option really changed something
+
+
+def test_vit_passes_source_grid_to_the_loader(tmp_path):
+    """A 4x16 stored grid loaded at 48x80 (6x10) through ViT(source_grid=...) agrees with the float64 NumPy ViT
+    (tests/reference_numpy.py) within 2e-5; without source_grid the 64 tokens are read as 8x8 and differ."""
+    from tests import reference_numpy
+
+    meta, _, _, _ = _fixture("vitjax_token_raw")
+    path, params = _rectangular_checkpoint(tmp_path)
+    kwargs = _kwargs(meta, image_size=[48, 80])
+    model = vit_keras.ViT(**kwargs, weights=path, source_grid=(4, 16))
+    x = np.random.default_rng(3).uniform(-1, 1, (2, 48, 80, 3)).astype(np.float32)
+    reference = reference_numpy.vit_forward(x, params, patch_size=8, source_grid=(4, 16))
+    assert np.abs(_run(model, x) - reference).max() <= TOLERANCE
+    square = vit_keras.ViT(**kwargs, weights=path)
+    assert np.abs(_run(square, x) - reference).max() > 1e-3
+
+
+def test_named_constructors_pass_interpolation_and_source_grid(tmp_path):
+    """ViTTi16(weights=..., source_grid=..., interpolation=...) resamples a stored 1x4 grid to its 2x2 (32x32)."""
+    from vit_keras.weights.assign import model_slots
+    from vit_keras.weights.resample import resample_position_embeddings
+
+    source = vit_keras.ViTTi16(image_size=(16, 64), weights=None)
+    rng = np.random.default_rng(4)
+    params = {key: rng.normal(size=slot.shape).astype(np.float32) for key, slot in model_slots(source).items()}
+    path = tmp_path / "ti16_1x4.npz"
+    np.savez(path, **params)
+    table = params["Transformer/posembed_input/pos_embedding"]
+    for interpolation in ("linear", "bicubic"):
+        model = vit_keras.ViTTi16(image_size=32, weights=str(path), source_grid=(1, 4), interpolation=interpolation)
+        expected = resample_position_embeddings(table, (2, 2), source_grid=(1, 4), interpolation=interpolation)
+        assert np.abs(model.get_layer("patch_encoder").pos_embedding.numpy() - expected).max() <= 1e-6
+
+
+@pytest.mark.parametrize("changes,match", [
+    (dict(interpolation="cubic"), "`interpolation` must be one of \\('linear', 'bicubic'\\)"),
+    (dict(interpolation=None), "`interpolation` must be one of"),
+    (dict(source_grid=(4,)), "`source_grid` must be .*\\(rows, cols\\)"),
+    (dict(source_grid="4,16"), "`source_grid` must be"),
+    (dict(source_grid=(4, 0)), "`source_grid` must be"),
+    (dict(source_grid=(4, 16), weights=None), "pass it with `weights=`"),
+])
+def test_bad_interpolation_and_source_grid_are_explained(changes, match):
+    meta, path, _, _ = _fixture("vitjax_token_raw")
+    with pytest.raises(ValueError, match=match):
+        vit_keras.ViT(**_kwargs(meta), **{"weights": path, **changes})
+    if "weights" not in changes:
+        with pytest.raises(ValueError, match=match):
+            vit_keras.load_weights(vit_keras.ViT(**_kwargs(meta)), path, **changes)
+
+
+def test_source_grid_with_a_keras_weights_file_is_refused(tmp_path):
+    meta, _, _, _ = _fixture("vitjax_token_raw")
+    h5 = str(tmp_path / "m.weights.h5")
+    vit_keras.ViT(**_kwargs(meta)).save_weights(h5)
+    with pytest.raises(ValueError, match="Keras weights file, loaded as saved"):
+        vit_keras.ViT(**_kwargs(meta), weights=h5, source_grid=(8, 8))
+
+
+@pytest.mark.parametrize("content", [b"not hdf5", "truncated"])
+def test_corrupt_keras_weights_file_is_a_value_error(tmp_path, content):
+    meta, _, _, _ = _fixture("vitjax_token_raw")
+    h5 = tmp_path / "m.weights.h5"
+    vit_keras.ViT(**_kwargs(meta)).save_weights(str(h5))
+    data = h5.read_bytes()
+    h5.write_bytes(data[: len(data) // 2] if content == "truncated" else content)
+    with pytest.raises(ValueError, match="not a readable Keras weights file"):
+        vit_keras.ViT(**_kwargs(meta), weights=str(h5))
+
+
+# ---------------------------------------------------------------- vit-keras convert: --source-grid, --interpolation
+
+
+def test_convert_with_source_grid_keeps_the_native_rectangular_size(tmp_path):
+    """--source-grid 4,16 builds the checkpoint's own 32x128 model (no resampling): the NumPy ViT on the stored
+    values, 2e-5. Without it the 64 tokens would be read as a square 8x8 grid (64x64)."""
+    from tests import reference_numpy
+
+    path, params = _rectangular_checkpoint(tmp_path)
+    out = str(tmp_path / "rect.keras")
+    assert cli_main(["convert", path, out, "--source-grid", "4,16"]) == 0
+    model = keras.saving.load_model(out)
+    assert model.input_shape[1:3] == (32, 128)
+    x = np.random.default_rng(5).uniform(0, 255, (2, 32, 128, 3)).astype(np.float32)
+    reference = reference_numpy.vit_forward(x, params, patch_size=8, include_preprocessing=True)
+    assert np.abs(_run(model, x) - reference).max() <= TOLERANCE
+
+
+def test_convert_with_interpolation_and_image_size(tmp_path):
+    from vit_keras.weights.resample import resample_position_embeddings
+
+    _, path, _, _ = _fixture("vitjax_token_raw")
+    table = np.load(path)["Transformer/posembed_input/pos_embedding"]
+    for interpolation in ("linear", "bicubic"):
+        out = str(tmp_path / f"{interpolation}.keras")
+        assert cli_main(["convert", path, out, "--image-size", "96", "--interpolation", interpolation]) == 0
+        stored = keras.saving.load_model(out).get_layer("patch_encoder").pos_embedding.numpy()
+        expected = resample_position_embeddings(table, (12, 12), interpolation=interpolation)
+        assert np.abs(stored - expected).max() <= 1e-6, interpolation
+
+
+@pytest.mark.parametrize("value", ["4", "4,16,2", "a,b", "0,4"])
+def test_convert_rejects_a_bad_source_grid(tmp_path, capsys, value):
+    _, path, _, _ = _fixture("vitjax_token_raw")
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["convert", path, str(tmp_path / "x.keras"), "--source-grid", value])
+    assert exit_info.value.code == 2
+    assert "ROWS,COLS of positive ints" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- README table == registry
+
+
+def _readme_weights_rows():
+    readme = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
+    with open(readme, encoding="utf-8") as f:
+        text = f.read()
+    section = text.split("\n## Pretrained weights\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `ViT")]
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
+
+
+def test_readme_weights_table_matches_the_registry():
+    """Every row of README's pretrained-weights table is a registry entry with the same constructor, name,
+    resolution, classes (and pre_logits width), size, top-1 and URL; and every entry has its row."""
+    import re
+
+    from vit_keras.models import _variant_function_name
+
+    rows = _readme_weights_rows()
+    entries = {(f"`{_variant_function_name(e.variant)}`", f"`{e.name}`"): e for e in vit_keras.list_weights()}
+    seen = set()
+    for row in rows:
+        assert len(row) == 8, row
+        constructor, name, source, resolution, classes, size, top1, link = row
+        entry = entries.get((constructor, name))
+        assert entry is not None, f"README row {constructor} {name} is not registered"
+        assert (constructor, name) not in seen, f"README lists {constructor} {name} twice"
+        seen.add((constructor, name))
+        assert int(resolution) == entry.resolution, row
+        classes_text = f"{entry.classes:,}" + (
+            f" + pre_logits {entry.representation_size}" if entry.representation_size else "")
+        assert classes == classes_text, row
+        assert size == (f"{entry.size_mib:,.0f} MiB" if entry.size_mib else "—"), row
+        if entry.top1 is None:
+            assert top1 == "—", row
+        else:  # the README shortens "AugReg (vit_jax README)" to "AugReg"
+            number, label = re.fullmatch(r"([\d.]+) \((.+)\)", top1).groups()
+            assert float(number) == entry.top1 and entry.top1_source.startswith(label), row
+        url = re.fullmatch(r"\[`([^`]+)`\]\(([^)]+)\)", link)
+        assert url is not None, link
+        assert url.group(2) == entry.url and entry.url.endswith("/" + url.group(1)), row
+        assert source.replace("→", "->") == entry.source, row
+    assert seen == set(entries), f"registered but not in README: {sorted(set(entries) - seen)}"

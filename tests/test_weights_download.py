@@ -216,3 +216,57 @@ def test_named_constructor_resolves_imagenet_through_the_registry(cache, tmp_pat
     model = vit_keras.ViTTi16(image_size=32, weights="imagenet")
     for key, slot in model_slots(model).items():
         np.testing.assert_array_equal(slot.variable.numpy(), params[key].reshape(slot.variable.shape), err_msg=key)
+
+
+def test_convert_a_registered_name_from_a_file_url(cache, checkpoint, monkeypatch, tmp_path, capsys):
+    """`vit-keras convert VARIANT:name` downloads the registry's URL (here file://, no network), verifies its
+    sha256 and writes a model with the fixture's vit_jax logits (2e-5)."""
+    from vit_keras.cli import main as cli_main
+
+    entry = registry.WeightsEntry("X/8", "tiny", checkpoint.as_uri(), 64, 7, sha256=_sha256(checkpoint))
+    monkeypatch.setitem(registry.REGISTRY, entry.key, entry)
+    out = str(tmp_path / "tiny.keras")
+    assert cli_main(["convert", "X/8:tiny", out]) == 0
+    assert "wrote" in capsys.readouterr().out
+    model = keras.saving.load_model(out)
+    x = np.load(os.path.join(FIXTURE, "input.npy"))
+    expected = np.load(os.path.join(FIXTURE, "expected.npy"))
+    assert np.abs(np.asarray(model(x * 127.5 + 127.5)) - expected).max() <= TOLERANCE
+    assert _cached_files(cache) == [entry.filename]
+
+    # A wrong pin in the registry is refused and leaves nothing behind.
+    os.remove(cache / entry.filename)
+    monkeypatch.setitem(registry.REGISTRY, entry.key, registry.WeightsEntry(
+        "X/8", "tiny", checkpoint.as_uri(), 64, 7, sha256="0" * 64))
+    assert cli_main(["convert", "X/8:tiny", str(tmp_path / "again.keras")]) == 2
+    assert "does not match its sha256" in capsys.readouterr().err
+    assert _cached_files(cache) == []
+
+
+@pytest.mark.parametrize("content", ["garbage", "truncated"])
+def test_corrupt_downloaded_keras_weights_are_removed_with_their_pin(cache, tmp_path, server, content):
+    """A .weights.h5 the server states the right md5 for but which is no readable HDF5 (corrupt at the source)
+    is refused with a ValueError, and neither the file nor its first-use sha256 pin stays in the cache."""
+    model = vit_keras.ViT(**ARCH)
+    good = tmp_path / "good.weights.h5"
+    model.save_weights(str(good))
+    body = good.read_bytes()
+    body = b"not an hdf5 file" if content == "garbage" else body[: len(body) // 2]
+    url = server.add(f"/{content}.weights.h5", body)
+    with pytest.raises(ValueError, match="not a readable Keras weights file"):
+        vit_keras.ViT(**ARCH, weights=url)
+    assert _cached_files(cache) == []
+    assert json.load(open(cache / download.PINS_FILE)) == {}
+
+
+def test_downloaded_keras_weights_that_do_not_fit_stay_cached(cache, tmp_path, server):
+    """A readable, verified .weights.h5 for another architecture is the caller's mismatch, not corruption: it
+    stays cached (and pinned), and the error says how to fix the model."""
+    other = vit_keras.ViT(**{**ARCH, "num_layers": 1})
+    path = tmp_path / "other.weights.h5"
+    other.save_weights(str(path))
+    url = server.add("/other.weights.h5", path.read_bytes())
+    with pytest.raises(ValueError, match="(?s)does not fit this model.*same arguments"):
+        vit_keras.ViT(**ARCH, weights=url)
+    assert _cached_files(cache) == ["other.weights.h5"]
+    assert list(json.load(open(cache / download.PINS_FILE))) == [url]

@@ -4,6 +4,7 @@ bicubic `interpolate` (what Hugging Face's `interpolate_pos_encoding` calls)."""
 
 import numpy as np
 import pytest
+import torch  # installed by `make test`: a broken install must fail here, not skip
 
 from tests import reference_numpy  # noqa: E402
 from vit_keras.weights.resample import resample_grid, resample_position_embeddings
@@ -42,7 +43,6 @@ def test_bicubic_matches_torch_interpolate(old, new):
 
     In float64 the two agree to 1e-9 (same arithmetic); in float32 torch's own rounding shows, so relative 2e-6.
     """
-    torch = pytest.importorskip("torch")
     grid = np.random.default_rng(2).normal(size=(*old, 8))
 
     def torch_bicubic(array):

@@ -11,13 +11,14 @@ import os
 import keras
 import numpy as np
 import pytest
+import safetensors.torch as safetensors_torch
+import torch
+
+# Imported directly (installed by `make test`): a broken install must fail these tests, not skip them. timm imports
+# torchvision, whose ops need tests/torch_compat.py's shim: conftest.py runs it before this module is collected.
+from timm.models.vision_transformer import VisionTransformer, _load_weights
 
 import vit_keras
-
-torch = pytest.importorskip("torch")
-timm = pytest.importorskip("timm")
-safetensors_torch = pytest.importorskip("safetensors.torch")
-from timm.models.vision_transformer import VisionTransformer, _load_weights  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 TOLERANCE = 2e-5

@@ -113,6 +113,8 @@ def ViT(
     classifier_activation="softmax",
     name=None,
     position_embedding="learned_1d",
+    interpolation="linear",
+    source_grid=None,
 ):
     """Build a Vision Transformer (Dosovitskiy et al., 2020) as a Keras functional model.
 
@@ -143,6 +145,11 @@ def ViT(
         classifier_activation: activation of the head (None for logits); runs in float32.
         name: the model's name.
         position_embedding: `"learned_1d"` (the paper's), `"learned_2d"`, `"sincos_2d"` or `"none"`.
+        interpolation: how `weights`' position embeddings are resampled when their grid differs from this
+            model's: `"linear"` (vit_jax's `interpolate_posembed`: corner-aligned bilinear, the default) or
+            `"bicubic"` (Hugging Face's `interpolate_pos_encoding`). Same as `vit_keras.load_weights`'s.
+        source_grid: the checkpoint's stored patch grid as (rows, cols), needed only when it is not square
+            (a token count alone cannot tell 4x16 from 8x8); None reads it off the checkpoint.
 
     Returns:
         A `keras.Model` whose input is named `"images"`.
@@ -152,7 +159,14 @@ def ViT(
         ...             mlp_dim=96, classes=10)
         >>> model.output_shape
         (None, 10)
+        >>> model = ViT(image_size=(128, 256), patch_size=16, weights="wide.npz", source_grid=(4, 16),
+        ...             interpolation="bicubic")  # doctest: +SKIP
     """
+    interpolation = weights_lib.check_interpolation(interpolation)
+    source_grid = weights_lib.check_source_grid(source_grid)
+    if source_grid is not None and weights is None:
+        raise ValueError("`source_grid` describes the stored grid of a checkpoint's position embeddings; pass it "
+                         "with `weights=`, or drop it.")
     patch_size = _positive_int("patch_size", patch_size)
     hidden_size = _positive_int("hidden_size", hidden_size)
     num_layers = _positive_int("num_layers", num_layers)
@@ -273,7 +287,7 @@ def ViT(
 
     model = keras.Model(inputs, x, name=name or "vit")
     if info is not None:
-        weights_lib.load_into(model, info)
+        weights_lib.load_into(model, info, interpolation=interpolation, source_grid=source_grid)
     return model
 
 
@@ -326,10 +340,13 @@ M={config.mlp_dim}, {config.num_heads} heads, {config.num_layers} layers{hybrid}
     Takes the keras.applications arguments (`include_top`, `weights`, `input_tensor`, `input_shape`,
     `pooling`, `classes`, `classifier_activation`) plus `image_size`, `include_preprocessing`, `name`;
     any other `vit_keras.ViT` argument (e.g. `dropout_rate`) overrides the variant's value.
-    `weights`: None (random), a published checkpoint ({published}), or a checkpoint path or URL.
+    `weights`: None (random), a published checkpoint ({published}), or a checkpoint path or URL;
+    `interpolation` ("linear", vit_jax's, or "bicubic", Hugging Face's) and `source_grid` ((rows, cols) of a
+    non-square stored grid) say how its position embeddings are resampled, as in `vit_keras.load_weights`.
 
     Example:
         >>> model = vit_keras.{function_name}(image_size=224, classes=10)  # doctest: +SKIP
+        >>> model = vit_keras.{function_name}(image_size=448, weights="...", interpolation="bicubic")  # doctest: +SKIP
     """
     return constructor
 

@@ -1,12 +1,34 @@
 """`vit-keras convert SRC DST`: turn any supported checkpoint into a Keras `.weights.h5` or `.keras` file.
 
 SRC is a Google `.npz`, a timm `.safetensors`, a Hugging Face directory, a URL, or a registered name with
-`--model`. The architecture is read off the checkpoint unless `--model` names a variant.
+`--model`. The architecture is read off the checkpoint unless `--model` names a variant. A checkpoint whose stored
+patch grid is not square needs `--source-grid ROWS,COLS`; its native image size then follows from it.
 """
 
 from __future__ import annotations
 
+import argparse
+
 from vit_keras.configs import VARIANTS
+
+
+def parse_grid(text: str) -> tuple[int, int]:
+    """`--source-grid` values: "ROWS,COLS" (or "ROWSxCOLS") of positive ints.
+
+    Example:
+        >>> parse_grid("4,16")
+        (4, 16)
+    """
+    parts = text.replace("x", ",").split(",")
+    try:
+        grid = tuple(int(part) for part in parts)
+    except ValueError:
+        grid = ()
+    if len(grid) != 2 or min(grid) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected the checkpoint's stored patch grid as ROWS,COLS of positive ints, e.g. 14,14; got {text!r}"
+        )
+    return grid
 
 
 def register(subparsers) -> None:
@@ -16,6 +38,8 @@ def register(subparsers) -> None:
         >>> from vit_keras.cli import build_parser
         >>> build_parser().parse_args(["convert", "ViT-B_16.npz", "vit.keras"]).interpolation
         'linear'
+        >>> build_parser().parse_args(["convert", "wide.npz", "vit.keras", "--source-grid", "4,16"]).source_grid
+        (4, 16)
     """
     parser = subparsers.add_parser("convert", help="convert a checkpoint to .weights.h5 or .keras",
                                    description=__doc__)
@@ -29,7 +53,10 @@ def register(subparsers) -> None:
                         help="attention heads (only needed for timm files of non-standard width)")
     parser.add_argument("--no-top", action="store_true", help="drop the classification head")
     parser.add_argument("--interpolation", default="linear", choices=("linear", "bicubic"),
-                        help="position-embedding resampling when --image-size differs (default: vit_jax's)")
+                        help="position-embedding resampling when --image-size differs: linear (vit_jax's "
+                             "interpolate_posembed, the default) or bicubic (Hugging Face's)")
+    parser.add_argument("--source-grid", type=parse_grid, default=None, metavar="ROWS,COLS",
+                        help="the checkpoint's stored patch grid, needed only when it is not square")
     parser.add_argument("--sha256", default=None, help="expected sha256 of a URL source")
     parser.set_defaults(func=run)
 
@@ -54,12 +81,13 @@ def model_kwargs(args, info) -> dict:
     """
     from vit_keras.weights.infer import infer_architecture
 
+    source_grid = getattr(args, "source_grid", None) or info.source_grid
     if args.model is not None:
         kwargs = VARIANTS[args.model].model_kwargs()
         kwargs["resnet"] = kwargs["resnet"].to_dict() if kwargs["resnet"] else None
         kwargs.update(classes=info.classes, representation_size=info.representation_size)
         kwargs["classifier"] = "token" if "cls" in info.read(kwargs["num_heads"]) else "gap"
-        size = infer_architecture(info.read(kwargs["num_heads"]), source_grid=info.source_grid)["image_size"]
+        size = infer_architecture(info.read(kwargs["num_heads"]), source_grid=source_grid)["image_size"]
     else:
         if info.format == "timm":
             import numpy as np
@@ -69,7 +97,7 @@ def model_kwargs(args, info) -> dict:
             params = info.read(_timm_heads(hidden, args))
         else:
             params = info.read(None)
-        kwargs = infer_architecture(params, source_grid=info.source_grid)
+        kwargs = infer_architecture(params, source_grid=source_grid)
         size = kwargs.pop("image_size")
     if args.image_size:
         size = args.image_size if len(args.image_size) == 2 else args.image_size * 2
@@ -101,7 +129,7 @@ def run(args) -> int:
     kwargs.update(gelu_approximate=info.gelu_approximate, layer_norm_epsilon=info.layer_norm_epsilon,
                   classifier_activation=None)
     model = ViT(**kwargs, weights=None)
-    load_into(model, info, interpolation=args.interpolation)
+    load_into(model, info, interpolation=args.interpolation, source_grid=args.source_grid)
     if destination.endswith(".keras"):
         model.save(destination)
     else:

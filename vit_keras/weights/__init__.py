@@ -22,7 +22,7 @@ from collections.abc import Callable
 from vit_keras.weights import download, google, hf, registry, timm
 from vit_keras.weights.assign import assign_params
 from vit_keras.weights.registry import REGISTRY, WeightsEntry
-from vit_keras.weights.resample import INTERPOLATIONS
+from vit_keras.weights.resample import check_interpolation, check_source_grid
 from vit_keras.weights.safetensors_io import read_safetensors, refuse_pickle
 
 logger = logging.getLogger("vit_keras.weights")
@@ -115,15 +115,31 @@ def _downloaded_info(path, origin, cache_dir) -> CheckpointInfo:
     try:
         return _local_info(path)
     except ValueError:
-        # A verified download that cannot be read (e.g. it holds pickled objects) must not stay in the cache.
+        # A verified download that cannot be read (pickled objects, a corrupt HDF5 or npz the server itself
+        # holds) must not stay in the cache, nor its trust-on-first-use pin, which would refuse a repaired file.
         download.forget(origin, cache_dir=cache_dir, filename=os.path.basename(path))
         raise
+
+
+def _check_keras_weights_file(path) -> None:
+    """Open a `.weights.h5` and walk its metadata, so a corrupt or truncated file is caught before the model is
+    built (and, when it was downloaded, removed from the cache); whether it fits the model is load_into's job."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            f.visit(lambda name: None)
+    except OSError as error:
+        raise ValueError(f"{path!r} is not a readable Keras weights file ({error}); it may be truncated or "
+                         "corrupt. Save it again with model.save_weights, or download it again.") from error
 
 
 def _local_info(path) -> CheckpointInfo:
     lower = path.lower()
     refuse_pickle(path)
     if lower.endswith(KERAS_WEIGHTS_SUFFIX):
+        if os.path.isfile(path):
+            _check_keras_weights_file(path)
         return CheckpointInfo(path=path, format="keras")
     if lower.endswith(".keras"):
         raise ValueError(f"{path!r} is a whole saved model: open it with keras.saving.load_model({path!r}).")
@@ -227,19 +243,28 @@ def load_into(model, info: CheckpointInfo, *, interpolation: str = "linear", sou
     Example:
         >>> load_into(model, describe("model.weights.h5"))  # doctest: +SKIP
     """
+    check_interpolation(interpolation)
+    source_grid = check_source_grid(source_grid)
     if info.format == "keras":
+        if source_grid is not None:
+            raise ValueError(
+                f"`source_grid` describes a checkpoint's stored position-embedding grid for resampling, but "
+                f"{info.path!r} is a Keras weights file, loaded as saved; drop source_grid or build the model at "
+                "the size that saved it."
+            )
         if not os.path.isfile(info.path):
             raise ValueError(f"Weights file {info.path!r} does not exist; check the path.")
         try:
             model.load_weights(info.path)
+        except OSError as error:  # h5py: not HDF5, truncated, or unreadable
+            raise ValueError(f"{info.path!r} is not a readable Keras weights file ({error}); save or download "
+                             "it again.") from error
         except ValueError as error:
             raise ValueError(
                 f"{info.path!r} does not fit this model ({error}); build the model with the same "
                 "arguments as the one that saved the weights."
             ) from error
         return
-    if interpolation not in INTERPOLATIONS:
-        raise ValueError(f"`interpolation` must be one of {INTERPOLATIONS}, got {interpolation!r}.")
     _check_numerics(model, info)
     params = info.read(architecture_of(model)["num_heads"])
     assign_params(model, params, source=info.path, source_grid=source_grid or info.source_grid,
@@ -259,6 +284,9 @@ def load_weights(model, source, *, interpolation: str = "linear", source_grid=No
         >>> model = vit_keras.ViTB16(image_size=384, weights=None)  # doctest: +SKIP
         >>> vit_keras.load_weights(model, "imagenet21k+imagenet2012")  # doctest: +SKIP
     """
+    # Checked before `describe`, which may download gigabytes.
+    check_interpolation(interpolation)
+    source_grid = check_source_grid(source_grid)
     image_size = tuple(model.input_shape[1:3])
     info = describe(source, architecture=architecture_of(model), image_size=image_size, sha256=sha256,
                     cache_dir=cache_dir)
@@ -276,4 +304,5 @@ def list_weights(variant: str | None = None) -> list[WeightsEntry]:
     return [entry for entry in REGISTRY.values() if variant is None or entry.variant == variant]
 
 
-__all__ = ["CheckpointInfo", "architecture_of", "describe", "list_weights", "load_into", "load_weights"]
+__all__ = ["CheckpointInfo", "architecture_of", "check_interpolation", "check_source_grid", "describe", "list_weights",
+           "load_into", "load_weights"]

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from vit_keras.weights.google import POS_EMBEDDING_KEY
-from vit_keras.weights.resample import INTERPOLATIONS, resample_position_embeddings
+from vit_keras.weights.resample import check_interpolation, check_source_grid, resample_position_embeddings
 
 logger = logging.getLogger("vit_keras.weights")
 
@@ -140,8 +140,8 @@ def assign_params(
     Example:
         >>> assign_params(model, params, source="ViT-B_16.npz")  # doctest: +SKIP
     """
-    if interpolation not in INTERPOLATIONS:
-        raise ValueError(f"`interpolation` must be one of {INTERPOLATIONS}, got {interpolation!r}.")
+    check_interpolation(interpolation)
+    source_grid = check_source_grid(source_grid)
     slots = model_slots(model)
     params = dict(params)
     notes = []

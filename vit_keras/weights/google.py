@@ -6,6 +6,12 @@ MultiHeadDotProductAttention_1/...`, `MlpBlock_3`, `LayerNorm_0/2`), float32 arr
 `params/` (or `params/img/`) prefix, top-level `pos_embedding`, scanned blocks stored with a leading layer axis and
 arrays stored as bfloat16.
 
+big_vision's ViT adds the position embedding to the patch tokens *before* it concatenates the class token
+(models/vit.py: "Add posemb before adding extra token"), so its top-level `pos_embedding` is (1, N, D) for N grid
+tokens and the class token has no position embedding. vit_jax stores (1, N+1, D) under
+`Transformer/posembed_input/`. A big_vision class-token file therefore gets a zero row in front of its table: the
+same function in vit_jax's layout, and resampling then touches the grid part only, as big_vision's does.
+
 Example:
     >>> params = read_npz("ViT-B_16.npz")  # doctest: +SKIP
     >>> params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"].shape  # doctest: +SKIP
@@ -90,10 +96,14 @@ def canonicalize(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Rewrite any supported Google layout into the canonical raw-name dict.
 
     Example:
-        >>> canonicalize({"params/pos_embedding": np.zeros((1, 5, 8))}).keys()
+        >>> canonicalize({"params/pos_embedding": np.zeros((1, 4, 8))}).keys()
         dict_keys(['Transformer/posembed_input/pos_embedding'])
+        >>> canonicalize({"params/pos_embedding": np.ones((1, 4, 8)), "params/cls": np.ones((1, 1, 8))})[
+        ...     "Transformer/posembed_input/pos_embedding"][0, :, 0]
+        array([0., 1., 1., 1., 1.], dtype=float32)
     """
     out: dict[str, np.ndarray] = {}
+    big_vision_posemb = False
 
     def put(name, value):
         if name in out:
@@ -108,12 +118,20 @@ def canonicalize(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             )
         if name == "pos_embedding":
             name = POS_EMBEDDING_KEY
+            big_vision_posemb = True
         scanned = _SCANNED_BLOCK.match(name)
         if scanned:
             for i, layer_value in enumerate(value):
                 put(f"Transformer/encoderblock_{i}/{scanned.group(1)}", layer_value)
             continue
         put(name, value)
+
+    if big_vision_posemb and "cls" in out:
+        table = out[POS_EMBEDDING_KEY]
+        if table.ndim != 3 or table.shape[0] != 1:
+            raise ValueError(f"`pos_embedding` must have shape (1, tokens, D), got {table.shape}.")
+        # The class token joins after the position embedding in big_vision: its row is zero, not missing.
+        out[POS_EMBEDDING_KEY] = np.concatenate([np.zeros_like(table[:, :1]), table], axis=1)
 
     result: dict[str, np.ndarray] = {}
     for name, value in out.items():

@@ -15,12 +15,50 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import scipy.ndimage
 
 INTERPOLATIONS = ("linear", "bicubic")
 _TORCH_CUBIC_A = -0.75
+
+
+def check_interpolation(interpolation) -> str:
+    """`interpolation` itself, if it is one this module implements; a ValueError naming the choices otherwise.
+
+    Example:
+        >>> check_interpolation("bicubic")
+        'bicubic'
+    """
+    if not isinstance(interpolation, str) or interpolation not in INTERPOLATIONS:
+        raise ValueError(
+            f"`interpolation` must be one of {INTERPOLATIONS} ('linear': vit_jax's interpolate_posembed, "
+            f"'bicubic': Hugging Face's interpolate_pos_encoding), got {interpolation!r}."
+        )
+    return interpolation
+
+
+def check_source_grid(source_grid) -> tuple[int, int] | None:
+    """None, or a checkpoint's stored patch grid as a (rows, cols) pair of positive ints.
+
+    Example:
+        >>> check_source_grid([4, 16])
+        (4, 16)
+    """
+    if source_grid is None:
+        return None
+    if (
+        isinstance(source_grid, str)
+        or not isinstance(source_grid, list | tuple)
+        or len(source_grid) != 2
+        or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1 for v in source_grid)
+    ):
+        raise ValueError(
+            f"`source_grid` must be the checkpoint's stored patch grid as (rows, cols) of positive ints, e.g. "
+            f"(14, 14) for a 224x224 /16 checkpoint, got {source_grid!r}."
+        )
+    return int(source_grid[0]), int(source_grid[1])
 
 
 def infer_grid(num_patches: int, grid=None) -> tuple[int, int]:
@@ -80,8 +118,7 @@ def resample_grid(grid: np.ndarray, new_grid, interpolation: str = "linear") -> 
         >>> resample_grid(np.zeros((8, 8, 4), np.float32), (12, 16)).shape
         (12, 16, 4)
     """
-    if interpolation not in INTERPOLATIONS:
-        raise ValueError(f"`interpolation` must be one of {INTERPOLATIONS}, got {interpolation!r}.")
+    check_interpolation(interpolation)
     rows, cols, _ = grid.shape
     new_rows, new_cols = int(new_grid[0]), int(new_grid[1])
     if (rows, cols) == (new_rows, new_cols):
