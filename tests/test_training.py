@@ -267,6 +267,14 @@ def test_bad_input_fails_before_training(tmp_path, tfds_dir):
     with pytest.raises(ValueError, match="differs from the model's input"):
         training.train(build, "vit_keras_digits", _config(image_size=24), output_dir=str(tmp_path),
                        data_dir=tfds_dir)
+    # pretrain() asks for dropout 0.1; a model built without it would silently train another recipe.
+    with pytest.raises(ValueError, match="build it with dropout_rate=config.dropout_rate, attention_dropout_rate"):
+        training.train(build, "vit_keras_digits", _config(dropout_rate=0.1), output_dir=str(tmp_path),
+                       data_dir=tfds_dir)
+    with pytest.raises(ValueError, match="'attention_dropout_rate': 0.2"):
+        training.train(lambda: tiny_vit(dropout_rate=0.1), "vit_keras_digits",
+                       _config(dropout_rate=0.1, attention_dropout_rate=0.2), output_dir=str(tmp_path),
+                       data_dir=tfds_dir)
     assert not os.path.exists(tmp_path / "checkpoints")  # nothing trained, nothing written
 
 
@@ -310,7 +318,13 @@ def test_mock_cifar10_trains_end_to_end(tmp_path):
         assert reloaded.output_shape == (None, 10)
     tags = _event_tags(tmp_path / "logs")
     assert {"learning_rate", "throughput_images_per_second", "input_images", "hyperparameters",
-            "epoch_loss", "epoch_accuracy"} <= tags, tags
+            "epoch_loss", "epoch_accuracy", "batch_loss", "batch_accuracy"} <= tags, tags
+    # Batch curves are keyed by optimizer updates (not fit()'s batch counter, which restarts on each resume).
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train_events = EventAccumulator(str(tmp_path / "logs" / "train"), size_guidance={"tensors": 0})
+    train_events.Reload()
+    assert [event.step for event in train_events.Tensors("batch_loss")] == [1, 2, 3, 4, 5, 6]
     assert not os.listdir(tmp_path / "backup")  # the resume backup is removed once the run completes
 
 
@@ -322,3 +336,41 @@ def test_resumed_runs_are_cut_into_epochs_that_add_up():
     assert _segments(13, 30, 10) == [(1, 2, 7, 13), (2, 3, 10, 20)]
     assert _segments(0, 25, 10) == [(0, 2, 10, 0), (2, 3, 5, 20)]
     assert _segments(30, 30, 10) == []
+
+
+def test_resume_restores_the_best_score_so_a_worse_epoch_keeps_best_checkpoint(tmp_path):
+    def fresh_callbacks(model):
+        best, last = training.checkpoint_callbacks(str(tmp_path / "checkpoints"), "val_accuracy", "max")
+        backup = training.StepBackup(str(tmp_path / "backup"), every=None, best_checkpoint=best)
+        for callback in (best, last, backup):
+            callback.set_model(model)
+        return best, backup
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    best, backup = fresh_callbacks(model)
+    best.on_epoch_end(0, {"val_accuracy": 0.8})
+    backup.on_train_batch_end(0)
+    backup.on_epoch_end(0)
+    best_path = tmp_path / "checkpoints" / "best.keras"
+    epoch_0_kernel = model.get_layer(index=0).kernel.numpy()
+
+    def best_kernel():
+        return keras.models.load_model(best_path).get_layer(index=0).kernel.numpy()
+
+    # A new process resumes: new callbacks, state from the backup only.
+    best, backup = fresh_callbacks(model)
+    assert backup.restore(model) == 1 and best.best == pytest.approx(0.8)
+    model.get_layer(index=0).kernel.assign(np.full((2, 1), 5.0, np.float32))  # later epochs' weights differ
+    best.on_epoch_end(1, {"val_accuracy": 0.5})
+    np.testing.assert_array_equal(best_kernel(), epoch_0_kernel)  # worse than before the resume: kept
+    best.on_epoch_end(2, {"val_accuracy": 0.9})
+    np.testing.assert_array_equal(best_kernel(), 5.0)
+    assert best.best == pytest.approx(0.9)
+    # Nothing scored yet (Keras starts at None/-inf): the state holds no "best", and restoring leaves Keras' start.
+    empty_best = training.checkpoint_callbacks(str(tmp_path / "c2"), "accuracy", "max")[0]
+    empty_backup = training.StepBackup(str(tmp_path / "b2"), best_checkpoint=empty_best)
+    empty_backup.set_model(model)
+    empty_backup.on_train_batch_end(0)
+    empty_backup.on_epoch_end(0)
+    assert "best" not in json.loads((tmp_path / "b2" / "backup.json").read_text())

@@ -58,6 +58,19 @@ def test_mirrored_two_cpus_matches_single_device(tmp_path, tfds_dir):
     assert np.abs(initial_head).max() > 0  # the zero-initialised head did train
 
 
+def test_accumulation_under_mirrored_equals_one_big_batch_on_one_device(tmp_path, tfds_dir):
+    """2 micro-batches of 8 on 2 replicas (4 examples each) == one batch of 16 on one device, 6 updates, for SGD
+    with momentum and an active clip and for AdamW with weight decay (Keras' own accumulation crashes there)."""
+    subprocess.run([sys.executable, WORKER, "accumulation", str(tmp_path), tfds_dir], env=_env(), check=True,
+                   timeout=400)
+    for name in ("sgd", "adamw"):
+        single, accumulated = _load(tmp_path / f"{name}_single.npz"), _load(tmp_path / f"{name}_accumulated.npz")
+        assert int(accumulated["replicas"]) == 2 and int(accumulated["updates"]) == 6
+        _assert_same_weights(single, accumulated)
+        head = "w" + str(len([k for k in single if k.startswith("w")]) - 2)
+        assert np.abs(single[head]).max() > 1e-3, name  # the zero-initialised head did train
+
+
 def test_multi_worker_two_processes_agree_and_chief_writes(tmp_path, tfds_dir):
     # Prepare the dataset once so both workers only read it.
     subprocess.run([sys.executable, "-c", "import vit_keras.data as d; d.load('vit_keras_digits', data_dir="

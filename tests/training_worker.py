@@ -1,7 +1,9 @@
 """Subprocess entry for the distributed and resume tests: `python tests/training_worker.py MODE OUT [DATA_DIR]`.
 
 MODE "mirrored": trains the same tiny ViT on 1 and on 2 logical CPU devices (MirroredStrategy) and saves both
-final weight sets; "multiworker": one worker of a TF_CONFIG cluster trains and saves its weights.
+final weight sets; "accumulation": for SGD (momentum, active clip) and AdamW (weight decay), one batch of 16 on one
+device and 2 accumulated micro-batches of 8 on 2 logical CPUs (MirroredStrategy); "multiworker": one worker of a
+TF_CONFIG cluster trains and saves its weights.
 """
 
 import os
@@ -31,7 +33,7 @@ def weights_of(model):
 def main(mode, out, data_dir):
     import tensorflow as tf
 
-    if mode == "mirrored":
+    if mode in ("mirrored", "accumulation"):
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from vit_keras import training
@@ -45,6 +47,22 @@ def main(mode, out, data_dir):
         np.savez(os.path.join(out, "single.npz"), **weights_of(single.model))
         np.savez(os.path.join(out, "mirrored.npz"), **weights_of(mirrored.model),
                  replicas=mirrored.model.distribute_strategy.num_replicas_in_sync, updates=mirrored.updates)
+    elif mode == "accumulation":
+        recipes = {
+            # A clip norm this small is active on every update, so its place (after averaging) matters.
+            "sgd": config().replace(clipnorm=0.05),
+            "adamw": config().replace(optimizer="adamw", learning_rate=3e-3, weight_decay=0.1),
+        }
+        for name, recipe in recipes.items():
+            single = training.train(tiny_vit, "vit_keras_digits", recipe, output_dir=os.path.join(out, name + "1"),
+                                    data_dir=data_dir, verbose=0)
+            accumulated = training.train(tiny_vit, "vit_keras_digits", recipe.replace(accumulation_steps=2),
+                                         output_dir=os.path.join(out, name + "2"), data_dir=data_dir, verbose=0,
+                                         strategy=tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+            np.savez(os.path.join(out, f"{name}_single.npz"), **weights_of(single.model))
+            np.savez(os.path.join(out, f"{name}_accumulated.npz"), **weights_of(accumulated.model),
+                     replicas=accumulated.model.distribute_strategy.num_replicas_in_sync,
+                     updates=accumulated.updates)
     else:
         strategy = training.select_strategy()
         result = training.train(tiny_vit, "vit_keras_digits", config(), output_dir=os.path.join(out, "run"),

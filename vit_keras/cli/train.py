@@ -109,7 +109,8 @@ def run_train(args) -> int:
     split = data.load(args.dataset, args.train_split, data_dir=args.data_dir)
     classes = split.num_classes or args.classes
     image_size = args.image_size or 224
-    overrides = {"dropout_rate": config.dropout_rate}
+    # train() checks that the model carries the recipe's dropout; it is fixed when the model is built.
+    overrides = {"dropout_rate": config.dropout_rate, "attention_dropout_rate": config.attention_dropout_rate}
     if args.patch_size:
         overrides["patch_size"] = args.patch_size
     if args.num_layers:

@@ -23,6 +23,10 @@ class TrainingMonitor(keras.callbacks.Callback):
     """Write what `keras.callbacks.TensorBoard` does not: learning rate, throughput (images/s), a few input
     images and the run's hyper-parameters (text and the HParams plugin), into `log_dir/train`.
 
+    It also writes the per-batch logs (`batch_loss`, `batch_accuracy`, ...) every `every` micro-steps, keyed by
+    `optimizer.iterations`: Keras' TensorBoard restarts its batch axis at 0 on every `fit()`, and a resumed run
+    calls `fit()` again, so use it with `update_freq="epoch"` and read the batch curves from here.
+
     Example:
         >>> TrainingMonitor("logs", config.to_dict(), micro_batch_size=64, sample_images=x[:8])  # doctest: +SKIP
     """
@@ -80,6 +84,9 @@ class TrainingMonitor(keras.callbacks.Callback):
         with self._summary_writer().as_default(step=step):
             tf.summary.scalar("learning_rate", learning_rate)
             tf.summary.scalar("throughput_images_per_second", images_per_second)
+            for name, value in (logs or {}).items():
+                if np.ndim(value) == 0:
+                    tf.summary.scalar(f"batch_{name}", float(value))
         self._tick, self._ticks_seen = now, 0
 
     def on_train_end(self, logs=None):
@@ -95,16 +102,22 @@ class StepBackup(keras.callbacks.Callback):
     positioned after the last example it trained on: the resumed run takes exactly the steps the uninterrupted
     one would. A kill during a write leaves the previous backup intact (see `save`).
 
+    Pass the `save_best_only` `ModelCheckpoint` as `best_checkpoint` (and list it before this callback): its best
+    monitored value is backed up too and restored, so the first epoch after a resume replaces `best.keras` only
+    when it beats the epochs before the interruption.
+
     Example:
-        >>> backup = StepBackup("out/backup", every=50)  # doctest: +SKIP
+        >>> best, last = checkpoint_callbacks("out/checkpoints", "val_accuracy", "max")  # doctest: +SKIP
+        >>> backup = StepBackup("out/backup", every=50, best_checkpoint=best)  # doctest: +SKIP
         >>> start_step = backup.restore(model)  # doctest: +SKIP
     """
 
-    def __init__(self, backup_dir: str, every: int | None = None, start_step: int = 0):
+    def __init__(self, backup_dir: str, every: int | None = None, start_step: int = 0, best_checkpoint=None):
         super().__init__()
         self.backup_dir = backup_dir
         self.every = every
         self.step = start_step
+        self.best_checkpoint = best_checkpoint
         self._since = 0
 
     @property
@@ -125,6 +138,8 @@ class StepBackup(keras.callbacks.Callback):
             model.optimizer.build(model.trainable_variables)
         model.load_weights(os.path.join(self.backup_dir, state["weights"]))
         self.step = int(state["step"])
+        if self.best_checkpoint is not None and state.get("best") is not None:
+            self.best_checkpoint.best = float(state["best"])
         return self.step
 
     def save(self):
@@ -134,8 +149,13 @@ class StepBackup(keras.callbacks.Callback):
         gfile.makedirs(self.backup_dir)
         weights = self._weights_path(self.step)
         self.model.save_weights(weights)
+        state = {"step": self.step, "weights": os.path.basename(weights)}
+        best = getattr(self.best_checkpoint, "best", None)
+        # Keras starts `best` at None or ±inf (not JSON): those mean "no epoch scored yet" and restore as such.
+        if best is not None and np.isfinite(float(best)):
+            state["best"] = float(best)
         with gfile.GFile(self.state_path + ".tmp", "w") as handle:
-            json.dump({"step": self.step, "weights": os.path.basename(weights)}, handle)
+            json.dump(state, handle)
         gfile.rename(self.state_path + ".tmp", self.state_path, overwrite=True)
         self._remove_weights(keep=weights)
 

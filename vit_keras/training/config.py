@@ -41,7 +41,7 @@ class TrainConfig:
     batch_size: int = 512
     accumulation_steps: int = 1
     label_smoothing: float = 0.0
-    # Model regularisation (applied when the recipe builds the model)
+    # Model regularisation: fixed when the model is built; train() checks the built model carries these rates
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
     # Input pipeline

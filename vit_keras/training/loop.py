@@ -64,6 +64,25 @@ def _check_model(model, config) -> tuple[int, int]:
     return height, width
 
 
+def _check_dropout(model, config) -> None:
+    # The rates are fixed when the layers are built, so train() cannot apply the recipe's dropout itself: a model
+    # built with other rates would silently train another recipe (pretrain()'s 0.1 with none at all).
+    from vit_keras.layers.transformer import TransformerBlock
+
+    wanted = {"dropout_rate": float(config.dropout_rate),
+              "attention_dropout_rate": float(config.attention_dropout_rate)}
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        if not isinstance(layer, TransformerBlock):
+            continue
+        built = {name: float(getattr(layer, name)) for name in wanted}
+        if any(abs(built[name] - wanted[name]) > 1e-9 for name in wanted):
+            raise ValueError(
+                f"The model's {layer.name} was built with {built}, but the config asks for {wanted}: dropout is "
+                "fixed when the model is built, so build it with dropout_rate=config.dropout_rate, "
+                "attention_dropout_rate=config.attention_dropout_rate (or set those config fields to the model's)."
+            )
+
+
 def _outputs_probabilities(model) -> bool:
     last = model.layers[-1]
     return last.name == "predictions" and getattr(last, "activation", None) is not None and \
@@ -101,18 +120,25 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
     `validation_data` are tfds names (with `train_split` / `validation_split` / `data_dir`), `data.Split`s, or
     `tf.data.Dataset`s of (image, label) (then pass `num_classes`). Everything is checked before the first step:
     dataset and split names, labels against the head, batch size against replicas and accumulation, image size
-    against the patch size.
+    against the patch size, and the model's dropout against the config: dropout is part of the model, so build
+    it with `dropout_rate=config.dropout_rate, attention_dropout_rate=config.attention_dropout_rate` (a
+    `ValueError` says so otherwise; `pretrain()` asks for 0.1).
+
+    `accumulation_steps` works on one device and under every `tf.distribute` strategy: k micro-batches of b
+    train exactly as one batch of k·b.
 
     `output_dir` receives `logs/` (TensorBoard), `checkpoints/best.keras` and `last.keras`, `backup/` (deleted
     when the run completes) and `results.json`. Running the same call again after an interruption resumes at
     the last backed-up step. Returns a `TrainResult`.
 
     Example:
-        >>> from vit_keras.training import finetune, train
+        >>> from vit_keras.training import pretrain, train
+        >>> config = pretrain(total_steps=200, batch_size=64)
         >>> build = lambda: vit_keras.ViT(image_size=16, patch_size=4, hidden_size=48, num_layers=2,
-        ...                               num_heads=3, mlp_dim=96, classes=10)
-        >>> result = train(build, "vit_keras_digits", finetune(total_steps=200, batch_size=64, warmup_steps=20),
-        ...                output_dir="run", validation_data="vit_keras_digits")  # doctest: +SKIP
+        ...                               num_heads=3, mlp_dim=96, classes=10, dropout_rate=config.dropout_rate,
+        ...                               attention_dropout_rate=config.attention_dropout_rate)
+        >>> result = train(build, "vit_keras_digits", config, output_dir="run",
+        ...                validation_data="vit_keras_digits")  # doctest: +SKIP
     """
     import keras
     import tensorflow as tf
@@ -143,6 +169,7 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
             model = build_model()
         classes = int(model.output_shape[-1])
         height, width = _check_model(model, config)
+        _check_dropout(model, config)
         data.check_labels(train_split_data, classes)
         if validation is not None:
             data.check_labels(validation, classes)
@@ -182,7 +209,10 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, s
     accumulation = config.accumulation_steps
     micro_per_epoch = config.updates_per_epoch * accumulation
     total_micro = config.total_steps * accumulation
-    backup = cb.StepBackup(backup_dir, every=config.backup_every or max(micro_per_epoch // 4, 1))
+    monitor = "val_accuracy" if validation is not None else "accuracy"
+    best_checkpoint, last_checkpoint = cb.checkpoint_callbacks(checkpoint_dir, monitor, "max")
+    backup = cb.StepBackup(backup_dir, every=config.backup_every or max(micro_per_epoch // 4, 1),
+                           best_checkpoint=best_checkpoint)
     start = backup.restore(model)
     if start:
         logger.warning("Resuming from micro-step %d of %d (backup in %s).", start, total_micro, backup_dir)
@@ -204,12 +234,15 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, s
     if validation is not None:
         validation_dataset = data.eval_pipeline(validation.dataset, image_size=size, batch_size=config.micro_batch_size,
                                                 num_classes=classes, cache=config.cache)
-    monitor = "val_accuracy" if validation is not None else "accuracy"
     callbacks = [
-        keras.callbacks.TensorBoard(log_dir=log_dir, update_freq=max(micro_per_epoch // 10, 1)),
+        # Per-epoch only: its batch axis restarts at 0 on every fit() (one per resume); TrainingMonitor writes
+        # the batch curves keyed by optimizer updates instead.
+        keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch"),
         cb.TrainingMonitor(log_dir, config.to_dict(), config.micro_batch_size, sample[0],
                            every=max(micro_per_epoch // 10, 1)),
-        *cb.checkpoint_callbacks(checkpoint_dir, monitor, "max"),
+        # Before the backup, so that a backup taken at an epoch's end holds that epoch's best value.
+        best_checkpoint,
+        last_checkpoint,
         backup,
     ]
     history: dict = {}

@@ -65,6 +65,9 @@ class RecipeOptimizerMixin:
       (one extra all-reduce per update, only when clipping under several replicas).
     - The schedule advances per update: with `gradient_accumulation_steps`, Keras evaluates a schedule at the
       micro-step count, so warmup and decay would run `accumulation_steps` times too fast.
+    - Accumulation under several replicas: Keras wraps the update in `ops.cond`, and the update's `merge_call`
+      cannot run inside a cond (`RuntimeError: merge_call called while defining a new graph`). Here the merge
+      call comes first and the cond runs inside it, in cross-replica context (see `_accumulate_across_replicas`).
     """
 
     def _get_current_learning_rate(self):
@@ -82,6 +85,65 @@ class RecipeOptimizerMixin:
         replicas = context.num_replicas_in_sync
         summed = context.all_reduce("SUM", list(grads))
         return [g / replicas for g in super()._clip_gradients(summed)]
+
+    def _backend_apply_gradients(self, grads, trainable_variables):
+        import tensorflow as tf
+
+        context = tf.distribute.get_replica_context()
+        if (not self.gradient_accumulation_steps or self.use_ema or context is None
+                or context.num_replicas_in_sync == 1):
+            return super()._backend_apply_gradients(grads, trainable_variables)
+        return self._accumulate_across_replicas(context, grads, trainable_variables)
+
+    def _accumulate_across_replicas(self, context, grads, trainable_variables):
+        """Keras' accumulation (average k micro-batch gradients, clip, decay, one update) with the merge call
+        outside the cond.
+
+        The replica gradients are summed every micro-step, so the accumulators hold the global gradient and stay
+        identical on every replica (a checkpoint of any replica is the run's state); the all-reduce per
+        micro-step is what training without accumulation costs anyway. Clipping acts on the summed average,
+        as on one device.
+        """
+        import tensorflow as tf
+
+        steps = self.gradient_accumulation_steps
+        accumulators = [self._accumulated_gradients[self._get_variable_index(v)] for v in trainable_variables]
+        summed = context.all_reduce("SUM", list(grads))
+        totals = [g + tf.cast(a.value, g.dtype) for g, a in zip(summed, accumulators)]
+        # Keras' plain clip: `summed` already is the global gradient, the mixin's own all-reduce would double it.
+        update_grads = keras.optimizers.Optimizer._clip_gradients(self, [t / steps for t in totals])
+        learning_rate = self.learning_rate
+        variables = [v.value if isinstance(v, keras.Variable) else v for v in trainable_variables]
+        slots = [a.value for a in accumulators]
+
+        def cross_replica(distribution, update_grads, totals, learning_rate):
+            # Read in cross-replica context: one value for all replicas, so every replica takes the same branch.
+            is_update_step = tf.equal((self._iterations + 1) % steps, 0)
+
+            def update():
+                if self.weight_decay is not None:
+                    decay = self.weight_decay
+
+                    def decay_fn(variable, lr):
+                        if self._use_weight_decay(variable):
+                            variable.assign_sub(variable * tf.cast(decay, variable.dtype) * tf.cast(lr, variable.dtype))
+
+                    for variable in variables:
+                        distribution.extended.update(variable, decay_fn, args=(learning_rate,), group=False)
+                self._distributed_tf_update_step(distribution, list(zip(update_grads, variables)), learning_rate)
+                for slot in slots:
+                    distribution.extended.update(slot, lambda s: s.assign(tf.zeros_like(s)), group=False)
+
+            def accumulate():
+                for slot, total in zip(slots, totals):
+                    distribution.extended.update(slot, lambda s, t: s.assign(tf.cast(t, s.dtype)), args=(total,),
+                                                 group=False)
+
+            tf.cond(is_update_step, update, accumulate)
+
+        tf.__internal__.distribute.interim.maybe_merge_call(
+            cross_replica, self._distribution_strategy, update_grads, totals, learning_rate
+        )
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
