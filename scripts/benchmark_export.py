@@ -20,12 +20,15 @@ import numpy as np
 
 
 def _digits_split(image_size):
-    """The demo's digits split (same seed as `python -m vit_keras.demo`) when the model takes 8x8 images."""
-    from vit_keras.demo import load_digits_rgb
+    """The demo's digits (same split as `python -m vit_keras.demo`) at the model's (height, width).
 
-    if tuple(image_size) != (8, 8):
-        return None
-    (x_train, _), (x_test, y_test) = load_digits_rgb(seed=0)
+    Resized as the demo's eval pipeline does (`vit_keras.demo.digits_at`), so a model fine-tuned at 12x12 is
+    scored on the pixels it saw in training, not on 8x8 digits it cannot take.
+    """
+    from vit_keras.demo import digits_at
+
+    x_train, _ = digits_at(image_size, "train")
+    x_test, y_test = digits_at(image_size, "test")
     return x_train, x_test, y_test
 
 
@@ -35,6 +38,9 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="Ti/16", help="paper variant when no --keras-model (default: Ti/16)")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--classes", type=int, default=1000)
+    parser.add_argument("--data", choices=("auto", "digits", "random"), default="auto",
+                        help="what to compare on: the held-out digits at the model's size, random images, or "
+                             "auto (digits for a 10-class --keras-model such as the demo's, else random)")
     parser.add_argument("--images", type=int, default=64, help="random images to compare on (non-digits models)")
     parser.add_argument("--runs", type=int, default=50, help="timed batch-1 calls per format")
     parser.add_argument("--threads", type=int, default=None, help="TFLite interpreter threads (default: all)")
@@ -58,7 +64,13 @@ def main(argv=None) -> int:
         head.kernel.assign(np.random.default_rng(0).normal(0, 0.02, head.kernel.shape).astype("float32"))
         what = f"ViT-{args.model} at {args.image_size} px, random weights"
     spec = export.describe_model(model)
-    digits = _digits_split(spec.image_size)
+    is_digits_model = spec.is_classifier and spec.output_size == 10
+    if args.data == "digits" and not is_digits_model:
+        parser.error(f"--data digits needs a 10-class classifier; this model outputs {spec.output_size} "
+                     f"{spec.output_name}. Use --data random.")
+    # A paper variant's random weights make digit accuracy meaningless: auto keeps digits for saved models.
+    use_digits = args.data == "digits" or (args.data == "auto" and bool(args.keras_model) and is_digits_model)
+    digits = _digits_split(spec.image_size) if use_digits else None
     if digits is not None:
         x_train, images, labels = digits
         calibration = x_train[:200]

@@ -317,6 +317,26 @@ def test_feature_extractor_exports_pooled_features(digits, tmp_path):
     assert summary["serving_default"]["outputs"] == {"features": ("float32", (None, 48))}
 
 
+def test_softmax_dense_on_a_feature_extractor_is_served_as_probabilities(digits, tmp_path):
+    keras.utils.set_random_seed(3)
+    backbone = ViT(**{**TINY, "num_layers": 1}, include_top=False, pooling="token")
+    inputs = keras.Input((IMAGE_SIZE, IMAGE_SIZE, 3))
+    features = backbone(inputs)
+    softmax = keras.Model(inputs, keras.layers.Dense(4, activation="softmax")(features))
+    path = tmp_path / "softmax_head.keras"
+    softmax.save(path)
+    for model in (softmax, keras.models.load_model(path, safe_mode=True)):
+        spec = export.describe_model(model)
+        assert (spec.output_name, spec.output_size, spec.is_classifier) == ("probabilities", 4, True)
+    # A linear Dense may be a projection as well as a classifier: it stays features.
+    linear = keras.Model(inputs, keras.layers.Dense(4)(features))
+    assert export.describe_model(linear).output_name == "features"
+    signature = tf.saved_model.load(export.saved_model(softmax, tmp_path / "served", top_k=2)).signatures
+    outputs = signature["serving_default"](images=tf.constant(digits[2][:3]))
+    assert set(outputs) == {"probabilities", "top_k_classes", "top_k_scores"}
+    np.testing.assert_allclose(outputs["probabilities"].numpy().sum(1), 1.0, atol=1e-5)
+
+
 # --- TFLite ------------------------------------------------------------------------------------------------
 
 
@@ -348,13 +368,19 @@ def test_mixed_bfloat16_model_converts_as_float32(digits, tmp_path):
     np.testing.assert_allclose(got, model.predict_on_batch(images), atol=0.05, rtol=0)
 
 
-def test_quantized_tflite_agreement_on_held_out_digits(tflite_files, trained, digits):
+def test_quantized_tflite_agreement_on_held_out_digits(tflite_files, trained, digits, record_property):
     _, _, x_test, y_test = digits
     checks = {
         name: export.measure_agreement(trained, path, x_test, y_test, format_name=f"tflite_{name}")
         for name, path in tflite_files.items()
     }
-    print("\n" + export.format_table(list(checks.values())))
+    # In the report (`pytest -rP`, or the JUnit XML properties), not only when an assertion fails.
+    summary = ", ".join(f"{name} {check.top1_agreement:.2%}" for name, check in checks.items())
+    print(f"\ntop-1 agreement with Keras on {len(x_test)} held-out digits: {summary}")
+    print(export.format_table(list(checks.values())))
+    for name, check in checks.items():
+        record_property(f"top1_agreement_{name}", round(check.top1_agreement, 4))
+        record_property(f"max_abs_diff_{name}", float(f"{check.max_abs_diff:.3g}"))
     sizes = {name: check.size_bytes for name, check in checks.items()}
     assert checks["float32"].top1_agreement == 1.0
     # Bounds for a 12-epoch model on 360 held-out digits; the demo's fully trained model is held to the

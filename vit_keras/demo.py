@@ -80,6 +80,25 @@ def test_arrays(image_size: int, data_dir: str | None = None, split_name: str = 
     return data.to_numpy(data.eval_pipeline(split.dataset, image_size=image_size, batch_size=512, num_classes=10))
 
 
+def digits_at(image_size, split: str = "test"):
+    """One split of the demo's digits at `image_size`, in memory: (float32 RGB images in [0, 255], int labels).
+
+    The same images and labels `test_arrays` reads through tfds (uint8 digits, bilinear resize without crop, as
+    the eval pipeline does; in scikit-learn's split order, where tfds stores them shuffled), without preparing a
+    tfds directory: for notebooks, scripts and tests that score a model trained by the demo at its resolution.
+
+    Example:
+        >>> images, labels = digits_at(12)
+        >>> images.shape, labels.shape
+        ((360, 12, 12, 3), (360,))
+    """
+    from vit_keras import data
+    from vit_keras.datasets.digits import digits_arrays
+
+    images, labels = digits_arrays(split)
+    return np.asarray(data.resize(images.astype(np.float32), image_size), np.float32), labels.astype(np.int32)
+
+
 @dataclasses.dataclass(frozen=True)
 class DemoData:
     """What the demo steps get besides the model: held-out images and labels, and training images.

@@ -54,6 +54,16 @@ def _walk_layers(model):
             yield from _walk_layers(layer)
 
 
+def _is_softmax_dense(layer) -> bool:
+    """A `Dense(n, activation="softmax")`, e.g. a user's head on a ViT feature extractor.
+
+    Matched by the function's name, which is the same whether the user passed "softmax" or
+    `keras.activations.softmax`, and after a `.keras` round trip.
+    """
+    activation = getattr(layer, "activation", None)
+    return isinstance(layer, keras.layers.Dense) and getattr(activation, "__name__", None) == "softmax"
+
+
 def describe_model(model, include_preprocessing=None) -> ServingSpec:
     """Check that `model` is a vit_keras model with a fixed image size and say how to serve it.
 
@@ -62,6 +72,10 @@ def describe_model(model, include_preprocessing=None) -> ServingSpec:
             saved from one), possibly nested inside another functional model.
         include_preprocessing: whether the model rescales [0, 255] inputs itself; None detects it (a
             `Rescaling` layer in the model).
+
+    The output is served as `"probabilities"` after a final softmax (the ViT's own, or a user's
+    `Dense(n, activation="softmax")` head), as `"logits"` from vit_keras's linear `head` layer, and as
+    `"features"` otherwise: a user's linear `Dense` may be a projection as well as a classifier.
 
     Example:
         >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3,
@@ -107,7 +121,7 @@ def describe_model(model, include_preprocessing=None) -> ServingSpec:
         output_name = "tokens"
     elif len(output.shape) != 2:
         raise ValueError(f"Unexpected model output shape {tuple(output.shape)}; expected (batch, K) or (batch, T, D).")
-    elif isinstance(producer, keras.layers.Activation):
+    elif isinstance(producer, (keras.layers.Activation, keras.layers.Softmax)) or _is_softmax_dense(producer):
         output_name = "probabilities"
     elif isinstance(producer, keras.layers.Dense) and producer.name == "head":
         output_name = "logits"
