@@ -86,3 +86,12 @@ def test_std_conv_standardises_the_kernel():
     conv.kernel.assign(w)
     w_std = (w - w.mean(axis=(0, 1, 2))) / (w.std(axis=(0, 1, 2)) + 1e-5)
     np.testing.assert_allclose(np.asarray(conv(x)), x @ w_std[0, 0], atol=1e-5)
+
+
+def test_attention_dropout_applies_only_in_training():
+    block = layers.TransformerBlock(num_heads=2, mlp_dim=16, attention_dropout_rate=0.5)
+    x = np.random.default_rng(0).normal(size=(2, 6, 8)).astype("float32")
+    inference = [keras.ops.convert_to_numpy(block(x, training=False)) for _ in range(2)]
+    np.testing.assert_array_equal(inference[0], inference[1])
+    training = keras.ops.convert_to_numpy(block(x, training=True))
+    assert np.abs(training - inference[0]).max() > 1e-3
