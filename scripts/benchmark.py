@@ -153,11 +153,9 @@ def _run_timm(case, min_seconds, min_calls):
         img_size=arch["image_size"], patch_size=arch["patch_size"], embed_dim=arch["hidden_size"],
         depth=arch["num_layers"], num_heads=arch["num_heads"], mlp_ratio=arch["mlp_dim"] / arch["hidden_size"],
         num_classes=CLASSES if train else 0, global_pool="token").to(device)
-    if case["torch_compile"] == "on" or (case["torch_compile"] == "auto" and device == "cuda"):
+    compiled = case["torch_compile"] == "on" or (case["torch_compile"] == "auto" and device == "cuda")
+    if compiled:
         model = torch.compile(model)  # PyTorch's counterpart of XLA; on CPU it needs a C++ toolchain
-        result_compiled = True
-    else:
-        result_compiled = False
     batch, size = case["batch"], arch["image_size"]
     images = torch.rand(batch, 3, size, size, device=device) * 2 - 1
     low_precision = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(case["precision"])
@@ -193,7 +191,7 @@ def _run_timm(case, min_seconds, min_calls):
             sync()
 
     result = _time_calls(step, batch, min_seconds, min_calls)
-    result["compiled"] = result_compiled
+    result["compiled"] = compiled
     result["parameters"] = sum(p.numel() for p in model.parameters())
     if device == "cuda":
         result["peak_device_mib"] = torch.cuda.max_memory_allocated() / 2**20

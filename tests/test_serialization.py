@@ -11,6 +11,15 @@ from vit_keras import layers
 HYBRID = dict(patch_size=1, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=96, resnet={"num_layers": [1, 1]})
 
 
+def _assert_keras_file_round_trip(model, path, seed):
+    """Save with random weights, reload in safe mode, and get bit-identical outputs."""
+    randomize_weights(model, seed=seed)
+    model.save(path)
+    reloaded = keras.models.load_model(path, safe_mode=True)
+    x = np.random.default_rng(seed).uniform(0, 255, (2, *model.input_shape[1:])).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(model(x)), np.asarray(reloaded(x)))
+
+
 @pytest.mark.parametrize(
     "extra",
     [
@@ -22,22 +31,12 @@ HYBRID = dict(patch_size=1, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=9
 )
 def test_keras_file_round_trip_in_safe_mode(tiny_kwargs, tmp_path, extra):
     model = vit_keras.ViT(image_size=(16, 32), classes=4, **{**tiny_kwargs, **extra})
-    randomize_weights(model, seed=7)
-    path = str(tmp_path / "model.keras")
-    model.save(path)
-    reloaded = keras.models.load_model(path, safe_mode=True)
-    x = np.random.default_rng(0).uniform(0, 255, (2, 16, 32, 3)).astype(np.float32)
-    np.testing.assert_array_equal(np.asarray(model(x)), np.asarray(reloaded(x)))
+    _assert_keras_file_round_trip(model, str(tmp_path / "model.keras"), seed=7)
 
 
 def test_hybrid_keras_file_round_trip(tmp_path):
     model = vit_keras.ViT(image_size=32, classes=3, **HYBRID)
-    randomize_weights(model, seed=8)
-    path = str(tmp_path / "hybrid.keras")
-    model.save(path)
-    reloaded = keras.models.load_model(path, safe_mode=True)
-    x = np.random.default_rng(1).uniform(0, 255, (1, 32, 32, 3)).astype(np.float32)
-    np.testing.assert_array_equal(np.asarray(model(x)), np.asarray(reloaded(x)))
+    _assert_keras_file_round_trip(model, str(tmp_path / "hybrid.keras"), seed=8)
 
 
 def test_weights_file_round_trip_through_the_constructor(tiny_kwargs, tmp_path):

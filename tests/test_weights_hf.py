@@ -14,6 +14,7 @@ import torch  # installed by `make test` (setup.cfg [test]): a broken install mu
 import transformers
 
 import vit_keras
+from tests.torch_compat import randomise_parameters
 
 TOLERANCE = 2e-5
 
@@ -29,14 +30,6 @@ def _config(hidden, layers, heads, mlp, image, patch, classes=5, **extra):
         image_size=image, patch_size=patch, num_labels=classes, hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0, attn_implementation="eager", **extra,
     )
-
-
-def _randomise(model, seed):
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
-    return model.eval()
 
 
 def _save(model, directory):
@@ -75,7 +68,7 @@ def _vit_kwargs(config, **extra):
 )
 def test_image_classification_logits(tmp_path, hidden, layers, heads, mlp, image, patch, eps):
     config = _config(hidden, layers, heads, mlp, image, patch, layer_norm_eps=eps)
-    reference_model = _randomise(transformers.ViTForImageClassification(config), seed=hidden)
+    reference_model = randomise_parameters(transformers.ViTForImageClassification(config), seed=hidden)
     directory = _save(reference_model, tmp_path / "hf")
     x = _images((image, image))
     reference = _torch_run(reference_model, x).logits.numpy()
@@ -87,7 +80,7 @@ def test_image_classification_logits(tmp_path, hidden, layers, heads, mlp, image
 
 def test_tanh_gelu_config_is_followed(tmp_path):
     config = _config(32, 1, 2, 64, 32, 8, hidden_act="gelu_pytorch_tanh")
-    reference_model = _randomise(transformers.ViTForImageClassification(config), seed=7)
+    reference_model = randomise_parameters(transformers.ViTForImageClassification(config), seed=7)
     directory = _save(reference_model, tmp_path / "hf")
     x = _images((32, 32))
     model = vit_keras.ViT(image_size=32, classes=5, weights=directory, **_vit_kwargs(config))
@@ -99,7 +92,7 @@ def test_in21k_style_pooler_is_pre_logits(tmp_path):
     """ViTModel's pooler (tanh(Dense(token))) is vit_jax's pre_logits: with include_top=False,
     pooling="token" and representation_size=D the model outputs HF's pooler_output."""
     config = _config(48, 2, 3, 96, 32, 8)
-    reference_model = _randomise(transformers.ViTModel(config, add_pooling_layer=True), seed=3)
+    reference_model = randomise_parameters(transformers.ViTModel(config, add_pooling_layer=True), seed=3)
     directory = _save(reference_model, tmp_path / "hf")
     x = _images((32, 32))
     reference = _torch_run(reference_model, x)
@@ -121,7 +114,7 @@ def test_in21k_style_pooler_is_pre_logits(tmp_path):
 @pytest.mark.parametrize("new_size", [(48, 48), (32, 56)])
 def test_bicubic_resolution_change_matches_interpolate_pos_encoding(tmp_path, new_size):
     config = _config(48, 1, 3, 96, 32, 8)
-    reference_model = _randomise(transformers.ViTForImageClassification(config), seed=11)
+    reference_model = randomise_parameters(transformers.ViTForImageClassification(config), seed=11)
     directory = _save(reference_model, tmp_path / "hf")
     x = _images(new_size, seed=5)
     reference = _torch_run(reference_model, x, interpolate_pos_encoding=True).logits.numpy()
@@ -151,7 +144,7 @@ def test_bfloat16_weights_and_no_qkv_bias(tmp_path):
     """A bfloat16 checkpoint (read without torch) and qkv_bias=False; compared with the same bf16 values in
     float32 torch."""
     config = _config(32, 1, 2, 64, 32, 8, qkv_bias=False)
-    reference_model = _randomise(transformers.ViTForImageClassification(config), seed=5).to(torch.bfloat16)
+    reference_model = randomise_parameters(transformers.ViTForImageClassification(config), seed=5).to(torch.bfloat16)
     directory = _save(reference_model, tmp_path / "hf")
     with open(os.path.join(directory, "model.safetensors"), "rb") as f:
         header = json.loads(f.read(int.from_bytes(f.read(8), "little")))

@@ -19,6 +19,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer, _load_weights
 
 import vit_keras
+from tests.torch_compat import randomise_parameters
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 TOLERANCE = 2e-5
@@ -29,14 +30,6 @@ ARCH = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96,
 def _timm_model(image=32, classes=5, **kwargs):
     return VisionTransformer(img_size=image, patch_size=8, embed_dim=48, depth=2, num_heads=3, mlp_ratio=2.0,
                              num_classes=classes, **kwargs)
-
-
-def _randomise(model, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
-    return model.eval()
 
 
 def _save(model, path):
@@ -59,7 +52,7 @@ def _check(out, reference):
 
 
 def test_timm_state_dict_token(tmp_path):
-    reference_model = _randomise(_timm_model(), seed=1)
+    reference_model = randomise_parameters(_timm_model(), seed=1)
     path = _save(reference_model, tmp_path / "vit.safetensors")
     x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
     model = vit_keras.ViT(image_size=32, classes=5, weights=path, **ARCH)
@@ -70,7 +63,7 @@ def test_timm_state_dict_token(tmp_path):
 
 def test_timm_state_dict_gap_without_fc_norm(tmp_path):
     """timm's avg pooling after `norm` (fc_norm=False) is vit_jax's gap."""
-    reference_model = _randomise(_timm_model(class_token=False, global_pool="avg", fc_norm=False), seed=2)
+    reference_model = randomise_parameters(_timm_model(class_token=False, global_pool="avg", fc_norm=False), seed=2)
     path = _save(reference_model, tmp_path / "vit.safetensors")
     x = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
     model = vit_keras.ViT(image_size=32, classes=5, classifier="gap", weights=path, **ARCH)
@@ -108,7 +101,7 @@ def test_convert_a_timm_file(tmp_path):
 
     reference_model = VisionTransformer(img_size=32, patch_size=16, embed_dim=192, depth=1, num_heads=3,
                                         mlp_ratio=4.0, num_classes=4)
-    _randomise(reference_model, seed=4)
+    randomise_parameters(reference_model, seed=4)
     path = _save(reference_model, tmp_path / "ti.safetensors")
     destination = str(tmp_path / "ti.keras")
     assert cli_main(["convert", path, destination]) == 0
