@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import numbers
 import os
-import shutil
-import tempfile
 
 from vit_keras.export.signatures import (
     SERVING_DEFAULT,
@@ -15,6 +12,7 @@ from vit_keras.export.signatures import (
     describe_model,
     serving_functions,
 )
+from vit_keras.files import atomic_directory
 
 
 def _version_number(version) -> int:
@@ -28,37 +26,6 @@ def _version_number(version) -> int:
 def _next_free_version(export_dir: str) -> int:
     versions = [int(name) for name in os.listdir(export_dir) if name.isdigit()]
     return max(versions, default=0) + 1
-
-
-@contextlib.contextmanager
-def atomic_directory(final_path: str, overwrite: bool = False):
-    """Yield a temporary directory beside `final_path` that becomes `final_path` only if the block succeeds.
-
-    The temporary name starts with a dot, so TF Serving (which loads numbered directories) never sees a
-    half-written version; on error it is removed and an existing `final_path` is left untouched.
-
-    Example:
-        >>> with atomic_directory("models/vit/3") as tmp:  # doctest: +SKIP
-        ...     write_everything_into(tmp)
-    """
-    parent, name = os.path.split(os.path.abspath(final_path))
-    os.makedirs(parent, exist_ok=True)
-    if os.path.lexists(final_path) and not overwrite:
-        raise ValueError(f"{final_path} already exists; pass overwrite=True to replace it, or write elsewhere.")
-    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
-    try:
-        yield tmp
-        if os.path.lexists(final_path):
-            # Move the old one aside first: os.rename cannot replace a non-empty directory.
-            trash = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
-            os.rename(final_path, os.path.join(trash, name))
-            os.rename(tmp, final_path)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.rename(tmp, final_path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def build_serving_module(model, top_k: int = 5, class_names=None, include_preprocessing=None):
