@@ -26,6 +26,7 @@ from vit_keras.models import (
     imagenet_classes,
     preprocess_input,
 )
+from vit_keras.pretrained import from_pretrained
 from vit_keras.weights import list_weights, load_weights
 
 __version__ = "0.1.0"
@@ -50,6 +51,7 @@ __all__ = [
     "data",
     "decode_predictions",
     "export",
+    "from_pretrained",
     "imagenet_classes",
     "inspection",
     "layers",

@@ -1,6 +1,7 @@
-"""The table of Vision Transformer variants from the paper (and the AugReg hybrids).
+"""The architecture of a Vision Transformer (`ViTConfig`) and the paper's variants (and the AugReg hybrids) as rows.
 
-One frozen dataclass per row; nothing else lives here so that every other module can import it.
+This module is the only place an architecture fact is written; nothing else lives here so that every other module
+can import it.
 
 Example:
     >>> from vit_keras.configs import VARIANTS
@@ -11,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Mapping, Sequence
 
 
@@ -67,27 +69,218 @@ class ResNetConfig:
         return {"num_layers": list(self.num_layers), "width_factor": self.width_factor}
 
 
+ACTIVATIONS = ("gelu_tanh", "gelu", "quick_gelu")
+POOLS = ("token", "avg", "map")
+POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "none")
+DEFAULT_IMAGE_SIZE = 224
+
+
+def _check_positive_int(name, value, *, allow_none=False, allow_zero=False):
+    if value is None and allow_none:
+        return None
+    low = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        kind = "a non-negative" if allow_zero else "a positive"
+        raise ValueError(f"`{name}` must be {kind} integer, got {value!r}.")
+    return int(value)
+
+
+def _check_rate(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be a float in [0, 1), got {value!r}.")
+    return float(value)
+
+
+def _check_hw(name, value):
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = (value, value)
+    if (
+        not isinstance(value, list | tuple)
+        or len(value) != 2
+        or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1 for v in value)
+    ):
+        raise ValueError(f"`{name}` must be an int or a (height, width) pair of positive ints, got {value!r}.")
+    return (int(value[0]), int(value[1]))
+
+
 @dataclasses.dataclass(frozen=True)
 class ViTConfig:
-    """One row of the variant table (vit_jax `configs/models.py`).
+    """The architecture of a Vision Transformer: every fact the builder and the checkpoint readers need.
+
+    This dataclass is the only place an architecture fact is written. It is validated once, when it is made
+    (`ValueError` naming the field and the fix), carried by every model (its layers' configs), produced by every
+    checkpoint reader and consumed by one builder (`vit_keras.models.build_vit`). The paper's variants are rows of
+    it (`VARIANTS`); the family's switches (LayerScale, registers, ...) are its fields:
+
+    - `class_token`: a learned class token in front of the patches; `distilled`: a DeiT distillation token
+      after it, with a second head averaged with the first at inference; `num_register_tokens`: DINOv2 registers.
+    - `no_embed_class`: position embeddings cover the patches only (the prefix tokens are joined after they are
+      added); otherwise the table has one row per prefix token as well.
+    - `pre_norm`: a LayerNorm after the position embeddings (CLIP's `ln_pre`, timm `norm_pre`).
+    - `layer_scale`: a learned per-channel scale on each residual branch (DINOv2, timm `init_values`).
+    - `activation`: `"gelu_tanh"` (Google), `"gelu"` (exact erf: timm, most of transformers), `"quick_gelu"`
+      (OpenAI CLIP, x·sigmoid(1.702x)); `layer_norm_epsilon`: the source's (1e-6 Google/timm, 1e-5 CLIP, 1e-12
+      transformers ViT).
+    - `global_pool`: what the head reads: `"token"` (class token), `"avg"` (mean of the patch tokens) or `"map"`
+      (attention pooling with a learned probe: big_vision `MAPHead`, timm `attn_pool`, SigLIP's `head`).
+    - `fc_norm`: the final LayerNorm is applied after pooling instead of over every token (timm `fc_norm`, CLIP's
+      `post_layernorm`); `qkv_bias` / `patch_bias`: whether those projections have biases (absent ones load as
+      zeros, which is the same function).
 
     Example:
         >>> VARIANTS["L/16"].num_layers
         24
+        >>> ViTConfig(patch_size=14, hidden_size=48, num_heads=3, num_layers=2, mlp_dim=192,
+        ...           layer_scale=True, num_register_tokens=4, no_embed_class=True).num_prefix_tokens
+        5
     """
 
-    name: str
-    patch_size: int
-    hidden_size: int
-    mlp_dim: int
-    num_heads: int
-    num_layers: int
+    name: str = "custom"
+    patch_size: int = 16
+    hidden_size: int = 768
+    mlp_dim: int = 3072
+    num_heads: int = 12
+    num_layers: int = 12
     resnet: ResNetConfig | None = None
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
+    image_size: tuple[int, int] = (DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE)
+    class_token: bool = True
+    distilled: bool = False
+    num_register_tokens: int = 0
+    no_embed_class: bool = False
+    position_embedding: str = "learned_1d"
+    pre_norm: bool = False
+    layer_scale: bool = False
+    activation: str = "gelu_tanh"
+    layer_norm_epsilon: float = 1e-6
+    qkv_bias: bool = True
+    patch_bias: bool = True
+    global_pool: str = "token"
+    fc_norm: bool = False
+    representation_size: int | None = None
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        for field in ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers"):
+            set_(self, field, _check_positive_int(field, getattr(self, field)))
+        set_(self, "num_register_tokens", _check_positive_int(
+            "num_register_tokens", self.num_register_tokens, allow_zero=True))
+        set_(self, "representation_size", _check_positive_int(
+            "representation_size", self.representation_size, allow_none=True))
+        set_(self, "dropout_rate", _check_rate("dropout_rate", self.dropout_rate))
+        set_(self, "attention_dropout_rate", _check_rate("attention_dropout_rate", self.attention_dropout_rate))
+        set_(self, "image_size", _check_hw("image_size", self.image_size))
+        set_(self, "resnet", ResNetConfig.from_any(self.resnet))
+        for field in ("class_token", "distilled", "no_embed_class", "pre_norm", "layer_scale", "qkv_bias",
+                      "patch_bias", "fc_norm"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"`{field}` must be True or False, got {getattr(self, field)!r}.")
+        if self.hidden_size % self.num_heads:
+            divisors = [h for h in range(1, self.hidden_size + 1) if self.hidden_size % h == 0 and h <= 64]
+            raise ValueError(
+                f"`hidden_size` {self.hidden_size} is not divisible by `num_heads` {self.num_heads}; pick num_heads "
+                f"from {divisors} or change hidden_size."
+            )
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {self.activation!r}.")
+        if self.global_pool not in POOLS:
+            raise ValueError(f"`global_pool` must be one of {POOLS}, got {self.global_pool!r}.")
+        if self.position_embedding not in POSITION_EMBEDDINGS:
+            raise ValueError(
+                f"`position_embedding` must be one of {POSITION_EMBEDDINGS}, got {self.position_embedding!r}."
+            )
+        eps = self.layer_norm_epsilon
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0.0 < eps < 1.0:
+            raise ValueError(f"`layer_norm_epsilon` must be a float in (0, 1), e.g. 1e-6, got {eps!r}.")
+        set_(self, "layer_norm_epsilon", float(eps))
+        if self.global_pool == "token" and not self.class_token:
+            raise ValueError("global_pool='token' needs a class token; use global_pool='avg' or 'map', or "
+                             "class_token=True.")
+        if self.distilled and not self.class_token:
+            raise ValueError("`distilled=True` (a DeiT distillation token) needs class_token=True.")
+        if self.distilled and self.global_pool != "token":
+            raise ValueError("`distilled=True` reads the class and distillation tokens; use global_pool='token'.")
+        if self.num_prefix_tokens and self.position_embedding not in ("learned_1d",) and self.no_embed_class:
+            raise ValueError("`no_embed_class` applies to position_embedding='learned_1d' only.")
+        stride = self.feature_stride * self.patch_size
+        for dim, size in zip(("height", "width"), self.image_size):
+            if size % stride:
+                what = (f"patch_size {self.patch_size}" if self.resnet is None else
+                        f"the hybrid's total stride {stride} (ResNet stem stride x patch_size)")
+                lower, upper = (size // stride) * stride, (size // stride + 1) * stride
+                raise ValueError(
+                    f"Image {dim} {size} is not divisible by {what}; use {lower or upper} or {upper} instead."
+                )
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens in front of the patches: class, distillation, registers (in that order)."""
+        return int(self.class_token) + int(self.distilled) + self.num_register_tokens
+
+    @property
+    def num_embedded_prefix_tokens(self) -> int:
+        """Prefix tokens that have a row in the position-embedding table."""
+        if self.no_embed_class or self.position_embedding != "learned_1d":
+            return 0
+        return self.num_prefix_tokens
+
+    @property
+    def feature_stride(self) -> int:
+        """How many image pixels one position of the patchified feature map spans (before the patch size)."""
+        if self.resnet is None:
+            return 1
+        return 4 * 2 ** max(len(self.resnet.num_layers) - 1, 0)
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        stride = self.feature_stride * self.patch_size
+        return (self.image_size[0] // stride, self.image_size[1] // stride)
+
+    @property
+    def gelu_approximate(self) -> bool | None:
+        return {"gelu_tanh": True, "gelu": False}.get(self.activation)
+
+    def replace(self, **changes) -> ViTConfig:
+        """A copy with some fields changed (validated again).
+
+        Example:
+            >>> VARIANTS["B/16"].replace(image_size=384).grid_size
+            (24, 24)
+        """
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able fields (what a model's layers store and `from_dict` reads back).
+
+        Example:
+            >>> ViTConfig.from_dict(VARIANTS["B/16"].to_dict()) == VARIANTS["B/16"]
+            True
+        """
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["resnet"] = None if self.resnet is None else self.resnet.to_dict()
+        out["image_size"] = list(self.image_size)
+        return out
+
+    @classmethod
+    def from_dict(cls, values: Mapping) -> ViTConfig:
+        """Rebuild from `to_dict`'s output; unknown keys are refused by name.
+
+        Example:
+            >>> ViTConfig.from_dict({"patch_size": 8, "hidden_size": 48, "num_heads": 3}).mlp_dim
+            3072
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"Unknown ViTConfig fields {unknown}; the fields are {sorted(known)}.")
+        values = dict(values)
+        if isinstance(values.get("image_size"), list):
+            values["image_size"] = tuple(values["image_size"])
+        return cls(**values)
 
     def model_kwargs(self) -> dict:
-        """Keyword arguments for `vit_keras.ViT` that rebuild this variant."""
+        """Keyword arguments for `vit_keras.ViT` that rebuild this variant's backbone."""
         return {
             "patch_size": self.patch_size,
             "hidden_size": self.hidden_size,

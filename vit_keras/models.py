@@ -10,12 +10,11 @@ import keras
 import numpy as np
 
 from vit_keras import weights as weights_lib
-from vit_keras.configs import VARIANTS, ResNetConfig
-from vit_keras.layers import PatchEncoder, Patches, ResNetStem, TokenPooling, TransformerBlock
-from vit_keras.layers.encoder import CLASSIFIERS, POSITION_EMBEDDINGS
+from vit_keras.configs import DEFAULT_IMAGE_SIZE, VARIANTS, ViTConfig
+from vit_keras.layers import MAPHead, PatchEncoder, Patches, ResNetStem, TokenPooling, TransformerBlock
+from vit_keras.layers.encoder import CLASSIFIERS
 from vit_keras.layers.pooling import POOLINGS
 
-DEFAULT_IMAGE_SIZE = 224
 DEFAULT_LAYER_NORM_EPSILON = 1e-6
 INPUT_NAME = "images"
 
@@ -24,12 +23,6 @@ def _positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
     return int(value)
-
-
-def _rate(name, value):
-    if not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
-        raise ValueError(f"`{name}` must be a float in [0, 1), got {value!r}.")
-    return float(value)
 
 
 def _as_hw(value, name):
@@ -44,7 +37,7 @@ def _as_hw(value, name):
     return (int(value[0]), int(value[1]))
 
 
-def _resolve_input_shape(image_size, input_shape, input_tensor):
+def _resolve_input_shape(image_size, input_shape, input_tensor, default=(DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE)):
     """One (height, width, channels) from the three ways keras.applications users describe the input."""
     candidates = []
     if image_size is not None:
@@ -73,8 +66,8 @@ def _resolve_input_shape(image_size, input_shape, input_tensor):
         height = (label, h) if h is not None and height is None else height
         width = (label, w) if w is not None and width is None else width
         channels = (label, c) if c is not None and channels is None else channels
-    height = height[1] if height else DEFAULT_IMAGE_SIZE
-    width = width[1] if width else DEFAULT_IMAGE_SIZE
+    height = height[1] if height else default[0]
+    width = width[1] if width else default[1]
     channels = channels[1] if channels else 3
     _as_hw((height, width), "image size")
     if isinstance(channels, bool) or not isinstance(channels, numbers.Integral) or channels < 1:
@@ -82,11 +75,182 @@ def _resolve_input_shape(image_size, input_shape, input_tensor):
     return int(height), int(width), int(channels)
 
 
-def _feature_stride(resnet: ResNetConfig | None) -> int:
-    """How many image pixels one position of the patchified feature map spans (before the patch size)."""
-    if resnet is None:
-        return 1
-    return 4 * 2 ** max(len(resnet.num_layers) - 1, 0)
+def _check_head_options(include_top, pooling, classes, classifier_activation, config: ViTConfig):
+    if include_top:
+        if pooling is not None:
+            raise ValueError(
+                f"`pooling={pooling!r}` applies to include_top=False only (as in keras.applications); with "
+                f"include_top=True the head reads what the architecture pools ({config.global_pool!r}). Drop "
+                "`pooling`, or pass include_top=False."
+            )
+        if isinstance(classes, bool) or not isinstance(classes, numbers.Integral) or classes < 1:
+            raise ValueError(f"`classes` must be a positive integer when include_top=True, got {classes!r}.")
+        try:
+            keras.activations.get(classifier_activation)
+        except (ValueError, TypeError) as error:
+            raise ValueError(
+                f"Unknown `classifier_activation` {classifier_activation!r}; use 'softmax', 'sigmoid', "
+                "None (logits) or a callable."
+            ) from error
+        return
+    if pooling is not None and pooling not in POOLINGS:
+        raise ValueError(f"`pooling` must be one of {POOLINGS} or None, got {pooling!r}.")
+    if pooling == "token" and not config.class_token:
+        raise ValueError("pooling='token' needs a class token, but classifier='gap' has none; use pooling='avg'.")
+    if pooling == "map" and config.global_pool != "map":
+        raise ValueError("pooling='map' is the checkpoint's own attention-pooling head, which this architecture does "
+                         "not have (global_pool is not 'map'); use 'token', 'avg' or 'max'.")
+
+
+def check_normalization(normalization):
+    """None (the paper's [-1, 1]), or per-channel `(mean, std)` of [0, 1] images, as timm's `pretrained_cfg`.
+
+    Example:
+        >>> check_normalization(((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)))
+        ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    """
+    if normalization is None:
+        return None
+    try:
+        mean, std = normalization
+        mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"`normalization` must be (mean, std) per channel, e.g. ((0.5,)*3, (0.5,)*3), got "
+                         f"{normalization!r}.") from error
+    if len(mean) != len(std) or not mean or not all(s > 0 for s in std):
+        raise ValueError(f"`normalization` needs as many means as positive stds, got {normalization!r}.")
+    return mean, std
+
+
+def _preprocessing_layer(normalization, channels):
+    if normalization is None or (set(normalization[0]) == {0.5} and set(normalization[1]) == {0.5}):
+        return keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="rescaling")
+    mean, std = normalization
+    if len(mean) != channels:
+        raise ValueError(f"The checkpoint's normalisation has {len(mean)} channels but the input has {channels}.")
+    # (x / 255 - mean) / std as one multiply-add per channel.
+    return keras.layers.Rescaling([1.0 / (255.0 * s) for s in std], offset=[-m / s for m, s in zip(mean, std)],
+                                  name="rescaling")
+
+
+def build_vit(
+    config: ViTConfig,
+    *,
+    include_top: bool = True,
+    pooling=None,
+    classes: int = 1000,
+    classifier_activation="softmax",
+    include_preprocessing: bool = True,
+    normalization=None,
+    input_tensor=None,
+    channels: int = 3,
+    name: str | None = None,
+):
+    """The one builder: a Keras functional model of the architecture `config` describes.
+
+    Layers are named as vit_jax's parameters (`patch_encoder`, `Transformer_encoderblock_{i}`, `encoder_norm`,
+    `head`); the family's extra layers are `pre_norm`, `fc_norm`, `MAPHead_0` and `head_dist`. The config itself
+    is stored in the `patch_encoder` layer's config, so a saved model carries its architecture (`config_of`).
+
+    Example:
+        >>> model = build_vit(VARIANTS["Ti/16"].replace(image_size=32), classes=10)
+        >>> model.output_shape
+        (None, 10)
+    """
+    _check_head_options(include_top, pooling, classes, classifier_activation, config)
+    height, width = config.image_size
+    if input_tensor is None:
+        inputs = keras.Input(shape=(height, width, channels), name=INPUT_NAME)
+        x = inputs
+    else:
+        inputs = keras.utils.get_source_inputs(input_tensor)
+        x = input_tensor
+    if include_preprocessing:
+        x = _preprocessing_layer(normalization, channels)(x)
+    if config.resnet is not None:
+        x = ResNetStem(config.resnet.num_layers, config.resnet.width_factor, name="resnet")(x)
+    x = Patches(config.patch_size, name="patches")(x)
+    x = PatchEncoder(
+        config.hidden_size,
+        config.grid_size,
+        classifier="token" if config.class_token else "gap",
+        position_embedding=config.position_embedding,
+        dropout_rate=config.dropout_rate,
+        patch_size=config.patch_size,
+        distilled=config.distilled,
+        num_register_tokens=config.num_register_tokens,
+        no_embed_class=config.no_embed_class,
+        patch_bias=config.patch_bias,
+        architecture=config.to_dict(),
+        name="patch_encoder",
+    )(x)
+    norm = functools.partial(keras.layers.LayerNormalization, epsilon=config.layer_norm_epsilon)
+    if config.pre_norm:
+        x = norm(name="pre_norm")(x)
+    for i in range(config.num_layers):
+        x = TransformerBlock(
+            config.num_heads,
+            config.mlp_dim,
+            dropout_rate=config.dropout_rate,
+            attention_dropout_rate=config.attention_dropout_rate,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            activation=config.activation,
+            layer_scale=config.layer_scale,
+            name=f"Transformer_encoderblock_{i}",
+        )(x)
+    if not config.fc_norm:
+        x = norm(name="encoder_norm")(x)
+
+    if include_top:
+        pooling = config.global_pool
+    if pooling is not None:
+        if pooling == "map":
+            x = MAPHead(config.num_heads, config.mlp_dim, layer_norm_epsilon=config.layer_norm_epsilon,
+                        activation=config.activation, name="MAPHead_0")(x)
+        elif pooling == "token" and config.distilled and not include_top:
+            x = TokenPooling("distilled", num_prefix_tokens=config.num_prefix_tokens, name="pool")(x)
+        else:
+            tokens = x
+            x = TokenPooling(pooling, num_prefix_tokens=config.num_prefix_tokens, name="pool")(tokens)
+        if config.fc_norm:
+            x = norm(name="fc_norm")(x)
+        if config.representation_size is not None:
+            x = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits")(x)
+    if include_top:
+        head = keras.layers.Dense(classes, kernel_initializer="zeros", dtype="float32", name="head")
+        if config.distilled:
+            distilled = TokenPooling("token", num_prefix_tokens=config.num_prefix_tokens, token_index=1,
+                                     name="pool_dist")(tokens)
+            if config.fc_norm:
+                raise ValueError("A distilled model with fc_norm is not a published architecture.")
+            head_dist = keras.layers.Dense(classes, kernel_initializer="zeros", dtype="float32", name="head_dist")
+            # DeiT at inference: the mean of the class-token and distillation-token heads.
+            x = keras.layers.Average(dtype="float32", name="head_average")([head(x), head_dist(distilled)])
+        else:
+            x = head(x)
+        if classifier_activation not in (None, "linear"):
+            x = keras.layers.Activation(classifier_activation, dtype="float32", name="predictions")(x)
+    return keras.Model(inputs, x, name=name or "vit")
+
+
+def config_of(model) -> ViTConfig:
+    """The `ViTConfig` a vit_keras model was built from (also after `.keras` save and load).
+
+    Example:
+        >>> config_of(vit_keras.ViTTi16(image_size=32)).hidden_size  # doctest: +SKIP
+        192
+    """
+    try:
+        architecture = model.get_layer("patch_encoder").architecture
+    except ValueError as error:
+        raise ValueError(f"{model.name!r} is not a vit_keras model (no 'patch_encoder' layer).") from error
+    if architecture is None:
+        raise ValueError(f"{model.name!r} does not carry its architecture; build it with vit_keras.ViT.")
+    return ViTConfig.from_dict(architecture)
+
+
+_FAMILY_DEFAULTS = dict(layer_scale=False, num_register_tokens=0, no_embed_class=False, pre_norm=False,
+                        fc_norm=False, distilled=False, qkv_bias=True, patch_bias=True, activation=None)
 
 
 def ViT(
@@ -115,6 +279,7 @@ def ViT(
     position_embedding="learned_1d",
     interpolation="linear",
     source_grid=None,
+    **family,
 ):
     """Build a Vision Transformer (Dosovitskiy et al., 2020) as a Keras functional model.
 
@@ -123,7 +288,8 @@ def ViT(
         patch_size: side of the square patches (on the ResNet feature map for hybrids).
         hidden_size, num_layers, num_heads, mlp_dim: the Transformer's width D, depth L, heads and
             MLP width M.
-        classifier: `"token"` (class token) or `"gap"` (mean of the patch tokens, no class token).
+        classifier: `"token"` (class token), `"gap"` (mean of the patch tokens, no class token) or `"map"`
+            (attention pooling, no class token).
         representation_size: width of the tanh "pre_logits" layer of the ImageNet-21k checkpoints.
         resnet: None, or `{"num_layers": [3, 4, 9], "width_factor": 1}` for an R+ViT hybrid.
         layer_norm_epsilon: None means what the weights were trained with (1e-6 without weights).
@@ -137,19 +303,25 @@ def ViT(
             `vit_keras.list_weights()`, for the variant this model matches); a Google `.npz`, timm
             `.safetensors`, Hugging Face directory or `.weights.h5` path; or an http(s)/file URL. Position
             embeddings are resampled to this model's grid; a `classes` different from the checkpoint's gives a
-            fresh zero-initialised head (with a warning); `include_top=False` drops the head.
+            fresh zero-initialised head (with a warning); `include_top=False` drops the head. To get whatever
+            architecture a checkpoint describes, use `vit_keras.from_pretrained`.
         input_shape: (height, width, channels), as in keras.applications.
-        input_tensor: a Keras tensor to use as the model's input.
-        pooling: with `include_top=False`, None (the token sequence), `"token"` or `"avg"`.
+        input_tensor: a Keras tensor to use as the model's input; as in keras.applications, the model starts at
+            its source inputs (`keras.utils.get_source_inputs`), so layers before it are part of the model.
+        pooling: with `include_top=False` only: None (the token sequence), `"token"`, `"avg"`, `"max"` or
+            `"map"` (the architecture's attention-pooling head).
         classes: number of classes of the head.
         classifier_activation: activation of the head (None for logits); runs in float32.
         name: the model's name.
         position_embedding: `"learned_1d"` (the paper's), `"learned_2d"`, `"sincos_2d"` or `"none"`.
         interpolation: how `weights`' position embeddings are resampled when their grid differs from this
             model's: `"linear"` (vit_jax's `interpolate_posembed`: corner-aligned bilinear, the default) or
-            `"bicubic"` (Hugging Face's `interpolate_pos_encoding`). Same as `vit_keras.load_weights`'s.
+            `"bicubic"` (the checkpoint's own library's bicubic). Same as `vit_keras.load_weights`'s.
         source_grid: the checkpoint's stored patch grid as (rows, cols), needed only when it is not square
             (a token count alone cannot tell 4x16 from 8x8); None reads it off the checkpoint.
+        **family: the family's switches, fields of `vit_keras.configs.ViTConfig`: `layer_scale`,
+            `num_register_tokens`, `no_embed_class`, `pre_norm`, `fc_norm`, `distilled`, `qkv_bias`, `patch_bias`,
+            `activation` ("gelu_tanh", "gelu", "quick_gelu"; overrides `gelu_approximate`).
 
     Returns:
         A `keras.Model` whose input is named `"images"`.
@@ -162,130 +334,57 @@ def ViT(
         >>> model = ViT(image_size=(128, 256), patch_size=16, weights="wide.npz", source_grid=(4, 16),
         ...             interpolation="bicubic")  # doctest: +SKIP
     """
+    unknown = sorted(set(family) - set(_FAMILY_DEFAULTS))
+    if unknown:
+        raise TypeError(f"ViT() got unexpected keyword arguments {unknown}.")
+    family = {**_FAMILY_DEFAULTS, **family}
     interpolation = weights_lib.check_interpolation(interpolation)
     source_grid = weights_lib.check_source_grid(source_grid)
     if source_grid is not None and weights is None:
         raise ValueError("`source_grid` describes the stored grid of a checkpoint's position embeddings; pass it "
                          "with `weights=`, or drop it.")
-    patch_size = _positive_int("patch_size", patch_size)
-    hidden_size = _positive_int("hidden_size", hidden_size)
-    num_layers = _positive_int("num_layers", num_layers)
-    num_heads = _positive_int("num_heads", num_heads)
-    mlp_dim = _positive_int("mlp_dim", mlp_dim)
-    if hidden_size % num_heads:
-        divisors = [h for h in range(1, hidden_size + 1) if hidden_size % h == 0 and h <= 64]
-        raise ValueError(
-            f"`hidden_size` {hidden_size} is not divisible by `num_heads` {num_heads}; pick num_heads from "
-            f"{divisors} or change hidden_size."
-        )
-    if classifier not in CLASSIFIERS:
-        raise ValueError(f"`classifier` must be 'token' or 'gap', got {classifier!r}.")
-    if position_embedding not in POSITION_EMBEDDINGS:
-        raise ValueError(f"`position_embedding` must be one of {POSITION_EMBEDDINGS}, got {position_embedding!r}.")
-    if representation_size is not None:
-        representation_size = _positive_int("representation_size", representation_size)
-    dropout_rate = _rate("dropout_rate", dropout_rate)
-    attention_dropout_rate = _rate("attention_dropout_rate", attention_dropout_rate)
-    resnet = ResNetConfig.from_any(resnet)
-    if pooling is not None and pooling not in POOLINGS:
-        raise ValueError(f"`pooling` must be one of {POOLINGS} or None, got {pooling!r}.")
-    if pooling == "token" and classifier == "gap":
-        raise ValueError("pooling='token' needs a class token, but classifier='gap' has none; use pooling='avg'.")
-    if include_top:
-        if isinstance(classes, bool) or not isinstance(classes, numbers.Integral) or classes < 1:
-            raise ValueError(f"`classes` must be a positive integer when include_top=True, got {classes!r}.")
-        try:
-            keras.activations.get(classifier_activation)
-        except (ValueError, TypeError) as error:
-            raise ValueError(
-                f"Unknown `classifier_activation` {classifier_activation!r}; use 'softmax', 'sigmoid', "
-                "None (logits) or a callable."
-            ) from error
+    if classifier not in (*CLASSIFIERS, "map"):
+        raise ValueError(f"`classifier` must be 'token', 'gap' or 'map', got {classifier!r}.")
     if input_tensor is not None and not keras.backend.is_keras_tensor(input_tensor):
         raise ValueError("`input_tensor` must be a Keras tensor, e.g. the output of `keras.Input(...)`.")
-
     height, width, channels = _resolve_input_shape(image_size, input_shape, input_tensor)
-    architecture = {
-        "patch_size": patch_size, "hidden_size": hidden_size, "num_layers": num_layers, "num_heads": num_heads,
-        "mlp_dim": mlp_dim, "resnet": resnet,
-    }
-    info = weights_lib.describe(weights, architecture=architecture, image_size=(height, width))
+    activation = family.pop("activation")
+    if activation is None and gelu_approximate is not None:
+        activation = "gelu_tanh" if gelu_approximate else "gelu"
+    config = ViTConfig(
+        patch_size=patch_size, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads, mlp_dim=mlp_dim,
+        resnet=resnet, dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
+        image_size=(height, width), class_token=classifier == "token",
+        global_pool={"token": "token", "gap": "avg", "map": "map"}[classifier],
+        position_embedding=position_embedding, representation_size=representation_size,
+        activation=activation or "gelu_tanh",
+        layer_norm_epsilon=DEFAULT_LAYER_NORM_EPSILON if layer_norm_epsilon is None else layer_norm_epsilon,
+        **family,
+    )
+    _check_head_options(include_top, pooling, classes, classifier_activation, config)
+    info = weights_lib.describe(weights, architecture=config.model_kwargs(), image_size=(height, width))
     if info is not None and channels != 3:
         raise ValueError(
             f"Pretrained weights expect RGB images (3 channels), got {channels}; pass input_shape=(H, W, 3) "
             "or weights=None."
         )
-    stride = _feature_stride(resnet) * patch_size
-    for dim, size in (("height", height), ("width", width)):
-        if size % stride:
-            what = (
-                f"patch_size {patch_size}"
-                if resnet is None
-                else f"the hybrid's total stride {stride} (ResNet stem stride x patch_size)"
-            )
-            lower, upper = (size // stride) * stride, (size // stride + 1) * stride
-            raise ValueError(
-                f"Image {dim} {size} is not divisible by {what}; use {lower or upper} or {upper} instead."
-            )
-
-    if info is not None and representation_size is None and info.representation_size and include_top:
-        # The checkpoint's own classifier (e.g. ImageNet-21k with its tanh pre_logits) is kept only when the
-        # model asks for the same classes; fine-tuning drops pre_logits as vit_jax `load_pretrained` does.
-        if classes == info.classes:
-            representation_size = info.representation_size
-    if gelu_approximate is None:
-        gelu_approximate = True if info is None or info.gelu_approximate is None else info.gelu_approximate
-    if layer_norm_epsilon is None:
-        layer_norm_epsilon = (
-            DEFAULT_LAYER_NORM_EPSILON
-            if info is None or info.layer_norm_epsilon is None
-            else info.layer_norm_epsilon
-        )
-
-    if input_tensor is None:
-        inputs = keras.Input(shape=(height, width, channels), name=INPUT_NAME)
-    else:
-        inputs = input_tensor
-    x = inputs
-    if include_preprocessing:
-        x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="rescaling")(x)
-    if resnet is not None:
-        x = ResNetStem(resnet.num_layers, resnet.width_factor, name="resnet")(x)
-    grid_size = (height // stride, width // stride)
-    x = Patches(patch_size, name="patches")(x)
-    x = PatchEncoder(
-        hidden_size,
-        grid_size,
-        classifier=classifier,
-        position_embedding=position_embedding,
-        dropout_rate=dropout_rate,
-        name="patch_encoder",
-    )(x)
-    for i in range(num_layers):
-        x = TransformerBlock(
-            num_heads,
-            mlp_dim,
-            dropout_rate=dropout_rate,
-            attention_dropout_rate=attention_dropout_rate,
-            layer_norm_epsilon=layer_norm_epsilon,
-            gelu_approximate=gelu_approximate,
-            name=f"Transformer_encoderblock_{i}",
-        )(x)
-    x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
-
-    num_prefix_tokens = 1 if classifier == "token" else 0
-    if include_top and pooling is None:
-        pooling = "token" if classifier == "token" else "avg"
-    if pooling is not None:
-        x = TokenPooling(pooling, num_prefix_tokens=num_prefix_tokens, name="pool")(x)
-        if representation_size is not None:
-            x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
-    if include_top:
-        x = keras.layers.Dense(classes, kernel_initializer="zeros", dtype="float32", name="head")(x)
-        if classifier_activation not in (None, "linear"):
-            x = keras.layers.Activation(classifier_activation, dtype="float32", name="predictions")(x)
-
-    model = keras.Model(inputs, x, name=name or "vit")
+    if info is not None:
+        # Numerics the user left open follow the checkpoint (its GELU, its LayerNorm epsilon); the checkpoint's
+        # classifier (e.g. ImageNet-21k with its tanh pre_logits) is kept only when the model asks for the same
+        # classes; fine-tuning drops pre_logits as vit_jax `load_pretrained` does.
+        changes = {}
+        if activation is None and info.activation is not None:
+            changes["activation"] = info.activation
+        if layer_norm_epsilon is None and info.layer_norm_epsilon is not None:
+            changes["layer_norm_epsilon"] = info.layer_norm_epsilon
+        if representation_size is None and info.representation_size and include_top and classes == info.classes:
+            changes["representation_size"] = info.representation_size
+        config = config.replace(**changes)
+    model = build_vit(
+        config, include_top=include_top, pooling=pooling, classes=classes,
+        classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
+        input_tensor=input_tensor, channels=channels, name=name,
+    )
     if info is not None:
         weights_lib.load_into(model, info, interpolation=interpolation, source_grid=source_grid)
     return model

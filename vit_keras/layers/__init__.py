@@ -7,12 +7,16 @@ Example:
 
 from vit_keras.layers.encoder import PatchEncoder, sincos_2d_position_embeddings
 from vit_keras.layers.patches import Patches
-from vit_keras.layers.pooling import TokenPooling
+from vit_keras.layers.checkpoint import CheckpointVariable, checkpoint_variables
+from vit_keras.layers.pooling import MAPHead, TokenPooling
 from vit_keras.layers.resnet import BottleneckUnit, ResNetStem, StdConv2D
-from vit_keras.layers.transformer import MlpBlock, TransformerBlock
+from vit_keras.layers.transformer import LayerScale, MlpBlock, TransformerBlock
 
 __all__ = [
     "BottleneckUnit",
+    "CheckpointVariable",
+    "LayerScale",
+    "MAPHead",
     "MlpBlock",
     "PatchEncoder",
     "Patches",
@@ -20,5 +24,6 @@ __all__ = [
     "StdConv2D",
     "TokenPooling",
     "TransformerBlock",
+    "checkpoint_variables",
     "sincos_2d_position_embeddings",
 ]

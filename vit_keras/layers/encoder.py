@@ -6,8 +6,11 @@ import keras
 import numpy as np
 from keras import ops
 
-POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "none")
+from vit_keras.configs import POSITION_EMBEDDINGS
+from vit_keras.layers.checkpoint import CheckpointVariable, plain
+
 CLASSIFIERS = ("token", "gap")
+POS_EMBEDDING_NAME = "Transformer/posembed_input/pos_embedding"
 
 
 def sincos_2d_position_embeddings(grid_size, hidden_size, temperature=10_000.0):
@@ -50,6 +53,11 @@ class PatchEncoder(keras.layers.Layer):
     With the 2-D and fixed variants the class token carries no position embedding: it is itself a
     learned vector, so a learned offset for it would be redundant.
 
+    The family's prefix tokens follow the class token in timm's order: a DeiT distillation token (`dist`) and
+    `num_register_tokens` registers (`reg`). `no_embed_class=True` gives the learned 1-D table rows for the patches
+    only and joins the prefix tokens after the addition (DINOv2 with registers, big_vision). `architecture` is the
+    whole model's `ViTConfig.to_dict()`, kept here so that a saved model carries its architecture.
+
     Example:
         >>> encoder = PatchEncoder(hidden_size=64, grid_size=(4, 4))
         >>> encoder(keras.ops.zeros((2, 16, 48))).shape
@@ -63,6 +71,12 @@ class PatchEncoder(keras.layers.Layer):
         classifier: str = "token",
         position_embedding: str = "learned_1d",
         dropout_rate: float = 0.0,
+        patch_size: int | None = None,
+        distilled: bool = False,
+        num_register_tokens: int = 0,
+        no_embed_class: bool = False,
+        patch_bias: bool = True,
+        architecture: dict | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -81,10 +95,22 @@ class PatchEncoder(keras.layers.Layer):
         self.classifier = classifier
         self.position_embedding = position_embedding
         self.dropout_rate = float(dropout_rate)
-        self.num_prefix_tokens = 1 if classifier == "token" else 0
+        self.patch_size = None if patch_size is None else int(patch_size)
+        self.distilled = bool(distilled)
+        self.num_register_tokens = int(num_register_tokens)
+        self.no_embed_class = bool(no_embed_class)
+        self.patch_bias = bool(patch_bias)
+        self.architecture = None if architecture is None else dict(architecture)
+        if self.distilled and classifier != "token":
+            raise ValueError("A distillation token needs the class token (classifier='token').")
+        self.num_prefix_tokens = (1 if classifier == "token" else 0) + int(self.distilled) + self.num_register_tokens
+        self.num_embedded_prefix_tokens = (
+            0 if self.no_embed_class or position_embedding != "learned_1d" else self.num_prefix_tokens
+        )
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.embedding = keras.layers.Dense(
-            self.hidden_size, kernel_initializer="lecun_normal", dtype=self.dtype_policy, name="embedding"
+            self.hidden_size, kernel_initializer="lecun_normal", use_bias=self.patch_bias, dtype=self.dtype_policy,
+            name="embedding",
         )
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy, name="dropout")
         self._fixed_table = None
@@ -98,11 +124,16 @@ class PatchEncoder(keras.layers.Layer):
         self.embedding.build(input_shape)
         if self.classifier == "token":
             self.cls = self.add_weight(name="cls", shape=(1, 1, self.hidden_size), initializer="zeros")
+        if self.distilled:
+            self.dist = self.add_weight(name="dist", shape=(1, 1, self.hidden_size), initializer="zeros")
+        if self.num_register_tokens:
+            self.reg = self.add_weight(name="reg", shape=(1, self.num_register_tokens, self.hidden_size),
+                                       initializer="zeros")
         pos_init = keras.initializers.RandomNormal(stddev=0.02)
         if self.position_embedding == "learned_1d":
             self.pos_embedding = self.add_weight(
                 name="pos_embedding",
-                shape=(1, self.num_prefix_tokens + self.num_patches, self.hidden_size),
+                shape=(1, self.num_embedded_prefix_tokens + self.num_patches, self.hidden_size),
                 initializer=pos_init,
             )
         elif self.position_embedding == "learned_2d":
@@ -126,7 +157,7 @@ class PatchEncoder(keras.layers.Layer):
         """
         gh, gw = self.grid_size
         if self.position_embedding == "learned_1d":
-            table = self.pos_embedding[0, self.num_prefix_tokens :]
+            table = self.pos_embedding[0, self.num_embedded_prefix_tokens :]
             return ops.reshape(table, (gh, gw, self.hidden_size))
         if self.position_embedding == "learned_2d":
             half = self.hidden_size // 2
@@ -139,20 +170,48 @@ class PatchEncoder(keras.layers.Layer):
 
     def call(self, patches, training=None):
         x = self.embedding(patches)
+        embed_after_join = self.position_embedding == "learned_1d" and self.num_embedded_prefix_tokens
         if self.position_embedding == "learned_1d":
-            pos_patches = None
+            pos_patches = None if embed_after_join else self.pos_embedding
         else:
             table = self.patch_position_embeddings()
             pos_patches = None if table is None else ops.reshape(table, (1, self.num_patches, self.hidden_size))
         if pos_patches is not None:
             x = x + ops.cast(pos_patches, x.dtype)
-        if self.classifier == "token":
-            cls = ops.cast(self.cls, x.dtype)
-            cls = ops.broadcast_to(cls, (ops.shape(x)[0], 1, self.hidden_size))
-            x = ops.concatenate([cls, x], axis=1)
-        if self.position_embedding == "learned_1d":
+        prefix = [self.cls] if self.classifier == "token" else []
+        prefix += [self.dist] if self.distilled else []
+        prefix += [self.reg] if self.num_register_tokens else []
+        if prefix:
+            batch = ops.shape(x)[0]
+            tokens = [ops.broadcast_to(ops.cast(t, x.dtype), (batch, t.shape[1], self.hidden_size)) for t in prefix]
+            x = ops.concatenate([*tokens, x], axis=1)
+        if embed_after_join:
             x = x + ops.cast(self.pos_embedding, x.dtype)
         return self.dropout(x, training=training)
+
+    def checkpoint_variables(self):
+        """`embedding/kernel` in Google's `(P, P, C, D)` layout, the prefix tokens and the position table."""
+        kernel = self.embedding.kernel
+        p = self.patch_size or int(round((kernel.shape[0] / 3) ** 0.5))
+        channels = kernel.shape[0] // (p * p)
+        out = {"embedding/kernel": CheckpointVariable(
+            kernel, (p, p, channels, kernel.shape[1]), lambda a, shape=tuple(kernel.shape): a.reshape(shape))}
+        if self.patch_bias:
+            out["embedding/bias"] = plain(self.embedding.bias)
+        if self.classifier == "token":
+            out["cls"] = plain(self.cls)
+        if self.distilled:
+            out["dist"] = plain(self.dist)
+        if self.num_register_tokens:
+            out["reg"] = plain(self.reg)
+        if self.position_embedding == "learned_1d":
+            out[POS_EMBEDDING_NAME] = plain(self.pos_embedding)
+        elif self.position_embedding == "learned_2d":
+            raise ValueError(
+                "position_embedding='learned_2d' has no published checkpoint layout; build the model with "
+                "position_embedding='learned_1d' to load Google, timm or Hugging Face weights."
+            )
+        return out
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.num_prefix_tokens + self.num_patches, self.hidden_size)
@@ -165,4 +224,10 @@ class PatchEncoder(keras.layers.Layer):
             "classifier": self.classifier,
             "position_embedding": self.position_embedding,
             "dropout_rate": self.dropout_rate,
+            "patch_size": self.patch_size,
+            "distilled": self.distilled,
+            "num_register_tokens": self.num_register_tokens,
+            "no_embed_class": self.no_embed_class,
+            "patch_bias": self.patch_bias,
+            "architecture": self.architecture,
         }

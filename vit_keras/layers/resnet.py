@@ -10,6 +10,7 @@ import keras
 from keras import ops
 
 from vit_keras.configs import ResNetConfig
+from vit_keras.layers.checkpoint import nested
 
 GROUP_NORM_EPSILON = 1e-6
 WEIGHT_STANDARDIZATION_EPSILON = 1e-5
@@ -89,6 +90,14 @@ class BottleneckUnit(keras.layers.Layer):
         y = self.gn3(self.conv3(y))
         return ops.relu(residual + y)
 
+    def checkpoint_variables(self):
+        names = ["conv1", "conv2", "conv3"] + (["conv_proj"] if self.needs_projection else [])
+        out = {}
+        for conv in names:
+            gn = conv.replace("conv", "gn")
+            out.update({**nested(conv, getattr(self, conv)), **nested(gn, getattr(self, gn))})
+        return out
+
     def compute_output_shape(self, input_shape):
         batch, height, width, _ = input_shape
         s = self.strides
@@ -144,6 +153,13 @@ class ResNetStem(keras.layers.Layer):
         for unit in self.units:
             x = unit(x)
         return x
+
+    def checkpoint_variables(self):
+        """Named as in vit_jax: `conv_root`, `gn_root`, `block{s}/unit{u}/...` (no `resnet/` prefix)."""
+        out = {**nested("conv_root", self.conv_root), **nested("gn_root", self.gn_root)}
+        for unit in self.units:
+            out.update(nested(unit.name.replace("_unit", "/unit"), unit))  # block1_unit1 -> block1/unit1
+        return out
 
     def compute_output_shape(self, input_shape):
         batch, height, width, _ = input_shape

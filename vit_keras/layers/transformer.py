@@ -1,28 +1,55 @@
-"""The pre-LayerNorm Transformer encoder block of the paper (vit_jax `Encoder1DBlock`)."""
+"""The pre-LayerNorm Transformer encoder block of the paper (vit_jax `Encoder1DBlock`), with the family's options."""
 
 from __future__ import annotations
 
 import keras
 from keras import ops
 
+from vit_keras.configs import ACTIVATIONS
+from vit_keras.layers.checkpoint import nested, plain
+
+QUICK_GELU_SCALE = 1.702
+
+
+def apply_activation(x, activation: str):
+    """`"gelu_tanh"`, `"gelu"` (exact erf) or `"quick_gelu"` (x·sigmoid(1.702x), OpenAI CLIP).
+
+    Example:
+        >>> float(apply_activation(keras.ops.zeros(()), "quick_gelu"))
+        0.0
+    """
+    if activation == "quick_gelu":
+        return x * ops.sigmoid(QUICK_GELU_SCALE * x)
+    return ops.gelu(x, approximate=activation == "gelu_tanh")
+
+
+def _resolve_activation(activation, gelu_approximate):
+    if activation is None:
+        activation = "gelu_tanh" if gelu_approximate else "gelu"
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {activation!r}.")
+    return activation
+
 
 @keras.saving.register_keras_serializable(package="vit_keras")
 class MlpBlock(keras.layers.Layer):
-    """`Dense(mlp_dim) → GELU → dropout → Dense(D) → dropout`, named like vit_jax (`Dense_0`, `Dense_1`).
+    """`Dense(mlp_dim) → activation → dropout → Dense(D) → dropout`, named like vit_jax (`Dense_0`, `Dense_1`).
 
-    `gelu_approximate=True` is the tanh form that Google's checkpoints were trained with;
-    `False` is the exact erf form of timm and Hugging Face.
+    `activation`: `"gelu_tanh"` (Google's checkpoints), `"gelu"` (exact erf: timm, transformers) or
+    `"quick_gelu"` (OpenAI CLIP); the older `gelu_approximate=True/False` picks one of the first two.
 
     Example:
         >>> MlpBlock(mlp_dim=32)(keras.ops.zeros((2, 5, 8))).shape
         (2, 5, 8)
     """
 
-    def __init__(self, mlp_dim: int, dropout_rate: float = 0.0, gelu_approximate: bool = True, **kwargs):
+    def __init__(self, mlp_dim: int, dropout_rate: float = 0.0, gelu_approximate: bool = True, activation=None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
-        self.gelu_approximate = bool(gelu_approximate)
+        self.activation = _resolve_activation(activation, gelu_approximate)
+        self.gelu_approximate = self.activation == "gelu_tanh"
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape):
@@ -38,7 +65,7 @@ class MlpBlock(keras.layers.Layer):
         self.dense_1.build((*input_shape[:-1], self.mlp_dim))
 
     def call(self, x, training=None):
-        x = ops.gelu(self.dense_0(x), approximate=self.gelu_approximate)
+        x = apply_activation(self.dense_0(x), self.activation)
         x = self.dropout(x, training=training)
         x = self.dense_1(x)
         return self.dropout(x, training=training)
@@ -46,22 +73,76 @@ class MlpBlock(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return input_shape
 
+    def checkpoint_variables(self):
+        return {**nested("Dense_0", self.dense_0), **nested("Dense_1", self.dense_1)}
+
     def get_config(self):
         return {
             **super().get_config(),
             "mlp_dim": self.mlp_dim,
             "dropout_rate": self.dropout_rate,
             "gelu_approximate": self.gelu_approximate,
+            "activation": self.activation,
         }
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
+class LayerScale(keras.layers.Layer):
+    """A learned per-channel scale on a residual branch (CaiT/DINOv2 LayerScale; timm `ls1.gamma`).
+
+    Example:
+        >>> LayerScale(init_value=0.5)(keras.ops.ones((1, 2, 4))).shape
+        (1, 2, 4)
+    """
+
+    def __init__(self, init_value: float = 1e-5, **kwargs):
+        super().__init__(**kwargs)
+        self.init_value = float(init_value)
+
+    def build(self, input_shape):
+        self.scale = self.add_weight(
+            name="scale", shape=(input_shape[-1],), initializer=keras.initializers.Constant(self.init_value)
+        )
+
+    def call(self, x):
+        return x * ops.cast(self.scale, x.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def checkpoint_variables(self):
+        return {"scale": plain(self.scale)}
+
+    def get_config(self):
+        return {**super().get_config(), "init_value": self.init_value}
+
+
+def attention_checkpoint_variables(attention) -> dict:
+    """The q/k/v/out variables of a `keras.layers.MultiHeadAttention` under vit_jax's names.
+
+    Its q/k/v kernels `(D, heads, D/heads)` and output kernel `(heads, D/heads, D)` are Google's shapes as is.
+
+    Example:
+        >>> mha = keras.layers.MultiHeadAttention(2, 4); mha.build((1, 3, 8), (1, 3, 8))
+        >>> sorted(attention_checkpoint_variables(mha))[:2]
+        ['key/bias', 'key/kernel']
+    """
+    parts = (("query", attention.query_dense), ("key", attention.key_dense), ("value", attention.value_dense),
+             ("out", attention.output_dense))
+    out = {}
+    for name, dense in parts:
+        out.update(nested(name, dense))
+    return out
+
+
+@keras.saving.register_keras_serializable(package="vit_keras")
 class TransformerBlock(keras.layers.Layer):
-    """`x + MHSA(LN(x))`, then `x + MLP(LN(x))`, as in the paper's Eq. 2–3.
+    """`x + MHSA(LN(x))`, then `x + MLP(LN(x))`, as in the paper's Eq. 2–3 (each branch scaled with LayerScale).
 
     Sub-layers carry vit_jax's raw checkpoint names (`LayerNorm_0`, `MultiHeadDotProductAttention_1`,
-    `LayerNorm_2`, `MlpBlock_3`). The attention is `keras.layers.MultiHeadAttention`, whose q/k/v
-    kernels `(D, heads, D/heads)` and output kernel `(heads, D/heads, D)` are Google's shapes as is.
+    `LayerNorm_2`, `MlpBlock_3`; LayerScale: `LayerScale_1`, `LayerScale_3`, after the branch they scale). The
+    attention is `keras.layers.MultiHeadAttention`, whose q/k/v kernels `(D, heads, D/heads)` and output kernel
+    `(heads, D/heads, D)` are Google's shapes as is.
 
     Call with `return_attention_scores=True` to also get the `(batch, heads, tokens, tokens)`
     attention weights; the default call keeps the layer's `ops.dot_product_attention` path (flash attention
@@ -83,6 +164,8 @@ class TransformerBlock(keras.layers.Layer):
         attention_dropout_rate: float = 0.0,
         layer_norm_epsilon: float = 1e-6,
         gelu_approximate: bool = True,
+        activation: str | None = None,
+        layer_scale: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -91,7 +174,9 @@ class TransformerBlock(keras.layers.Layer):
         self.dropout_rate = float(dropout_rate)
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.gelu_approximate = bool(gelu_approximate)
+        self.activation = _resolve_activation(activation, gelu_approximate)
+        self.gelu_approximate = self.activation == "gelu_tanh"
+        self.layer_scale = bool(layer_scale)
         self.norm_1 = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm_0"
         )
@@ -102,10 +187,13 @@ class TransformerBlock(keras.layers.Layer):
         self.mlp = MlpBlock(
             self.mlp_dim,
             dropout_rate=self.dropout_rate,
-            gelu_approximate=self.gelu_approximate,
+            activation=self.activation,
             dtype=self.dtype_policy,
             name="MlpBlock_3",
         )
+        if self.layer_scale:
+            self.scale_1 = LayerScale(dtype=self.dtype_policy, name="LayerScale_1")
+            self.scale_3 = LayerScale(dtype=self.dtype_policy, name="LayerScale_3")
 
     def build(self, input_shape):
         hidden_size = input_shape[-1]
@@ -126,6 +214,9 @@ class TransformerBlock(keras.layers.Layer):
         self.attention.build(input_shape, input_shape)
         self.norm_2.build(input_shape)
         self.mlp.build(input_shape)
+        if self.layer_scale:
+            self.scale_1.build(input_shape)
+            self.scale_3.build(input_shape)
 
     def call(self, x, training=None, return_attention_scores=False):
         y = self.norm_1(x)
@@ -133,12 +224,23 @@ class TransformerBlock(keras.layers.Layer):
             y, scores = self.attention(y, y, return_attention_scores=True, training=training)
         else:
             y = self.attention(y, y, training=training)
-        x = x + self.dropout(y, training=training)
-        x = x + self.mlp(self.norm_2(x), training=training)
+        y = self.dropout(y, training=training)
+        x = x + (self.scale_1(y) if self.layer_scale else y)
+        y = self.mlp(self.norm_2(x), training=training)
+        x = x + (self.scale_3(y) if self.layer_scale else y)
         return (x, scores) if return_attention_scores else x
 
     def compute_output_shape(self, input_shape):
         return input_shape
+
+    def checkpoint_variables(self):
+        out = {**nested("LayerNorm_0", self.norm_1), **nested("LayerNorm_2", self.norm_2),
+               **nested("MlpBlock_3", self.mlp)}
+        out.update({f"MultiHeadDotProductAttention_1/{k}": v
+                    for k, v in attention_checkpoint_variables(self.attention).items()})
+        if self.layer_scale:
+            out.update({**nested("LayerScale_1", self.scale_1), **nested("LayerScale_3", self.scale_3)})
+        return out
 
     def get_config(self):
         return {
@@ -149,4 +251,6 @@ class TransformerBlock(keras.layers.Layer):
             "attention_dropout_rate": self.attention_dropout_rate,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "gelu_approximate": self.gelu_approximate,
+            "activation": self.activation,
+            "layer_scale": self.layer_scale,
         }

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from vit_keras.weights import download, google, hf, registry, timm
 from vit_keras.weights.assign import assign_params
+from vit_keras.weights.infer import infer_config_fields
 from vit_keras.weights.registry import REGISTRY, WeightsEntry
 from vit_keras.weights.resample import check_interpolation, check_source_grid
 from vit_keras.weights.safetensors_io import read_safetensors, refuse_pickle
@@ -36,7 +37,10 @@ TIMM_LAYER_NORM_EPSILON = 1e-6
 class CheckpointInfo:
     """What a weights source says about the model it fits; `None` fields leave the choice to the caller.
 
-    `read(num_heads)` returns the canonical parameter dict (vit_jax raw names).
+    `architecture` holds the `ViTConfig` fields the source determines (from its config file or its arrays);
+    `read(num_heads)` returns the canonical parameter dict (vit_jax raw names), read lazily. `normalization` is the
+    (mean, std) the checkpoint was trained with; `antialias` says that the source's own library resamples position
+    embeddings with torch's antialiased bicubic (timm).
 
     Example:
         >>> CheckpointInfo(path="m.weights.h5", format="keras").format
@@ -45,12 +49,20 @@ class CheckpointInfo:
 
     path: str
     format: str
-    gelu_approximate: bool | None = None
+    activation: str | None = None
     layer_norm_epsilon: float | None = None
     classes: int | None = None
     representation_size: int | None = None
     source_grid: tuple[int, int] | None = None
     reader: Callable | None = dataclasses.field(default=None, repr=False, compare=False)
+    architecture: dict | None = dataclasses.field(default=None, compare=False)
+    normalization: tuple | None = None
+    antialias: bool = False
+    default_interpolation: str = "linear"
+
+    @property
+    def gelu_approximate(self) -> bool | None:
+        return {"gelu_tanh": True, "gelu": False}.get(self.activation)
 
     def read(self, num_heads: int | None = None) -> dict:
         if self.reader is None:
@@ -65,31 +77,56 @@ def _shape_or_none(params, key, axis=-1):
 
 def _google_info(path) -> CheckpointInfo:
     params = google.read_npz(path)
+    fields = infer_config_fields(params)
+    fields.update(activation="gelu_tanh", layer_norm_epsilon=GOOGLE_LAYER_NORM_EPSILON)
     return CheckpointInfo(
-        path=path, format="google_npz", gelu_approximate=True, layer_norm_epsilon=GOOGLE_LAYER_NORM_EPSILON,
+        path=path, format="google_npz", activation="gelu_tanh", layer_norm_epsilon=GOOGLE_LAYER_NORM_EPSILON,
         classes=_shape_or_none(params, "head/bias"), representation_size=_shape_or_none(params, "pre_logits/bias"),
-        reader=lambda num_heads: params,
+        reader=lambda num_heads: params, architecture=fields,
     )
 
 
 def _hf_info(directory) -> CheckpointInfo:
-    params, config = hf.read_hf_dir(directory)
-    size = config.get("image_size", 224)
-    size = (size, size) if isinstance(size, int) else tuple(size)
-    patch = config.get("patch_size", 16)
+    config = hf.read_config(directory)
+    fields = hf.architecture(config, directory)
+    params = hf.canonicalize(read_safetensors(hf.weights_file(directory)), config)
+    if "pre_logits/bias" in params:
+        fields["representation_size"] = _shape_or_none(params, "pre_logits/bias")
+    size, patch = fields["image_size"], fields["patch_size"]
     grid = (size[0] // patch, size[1] // patch)
+    if 0 in grid:
+        raise ValueError(f"{os.path.join(directory, hf.CONFIG_NAME)!r}: image_size {list(size)} is smaller than "
+                         f"patch_size {patch}.")
     return CheckpointInfo(
-        path=directory, format="hf", gelu_approximate=hf.gelu_approximate(config),
-        layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
-        classes=_shape_or_none(params, "head/bias"), representation_size=_shape_or_none(params, "pre_logits/bias"),
-        source_grid=grid, reader=lambda num_heads: params,
+        path=directory, format="hf", activation=fields["activation"],
+        layer_norm_epsilon=fields["layer_norm_epsilon"],
+        classes=_shape_or_none(params, "head/bias"), representation_size=fields.get("representation_size"),
+        source_grid=grid, reader=lambda num_heads: params, architecture=fields, default_interpolation="bicubic",
+    )
+
+
+def _timm_dir_info(directory) -> CheckpointInfo:
+    fields, normalization = timm.read_config(directory)
+    tensors = read_safetensors(hf.weights_file(directory))
+    params = timm.canonicalize(tensors, fields["num_heads"])
+    size, patch = fields["image_size"], fields["patch_size"]
+    grid = (size[0] // patch, size[1] // patch)
+    if 0 in grid:
+        raise ValueError(f"{os.path.join(directory, timm.CONFIG_NAME)!r}: image size {list(size)} is smaller than "
+                         f"patch_size {patch}.")
+    return CheckpointInfo(
+        path=directory, format="timm", activation=fields["activation"],
+        layer_norm_epsilon=fields["layer_norm_epsilon"], classes=_shape_or_none(params, "head/bias"),
+        representation_size=_shape_or_none(params, "pre_logits/bias"), source_grid=grid,
+        reader=lambda num_heads: params, architecture=fields, normalization=normalization, antialias=True,
+        default_interpolation="bicubic",
     )
 
 
 def _safetensors_info(path) -> CheckpointInfo:
     sibling = os.path.dirname(os.path.abspath(path))
-    if hf.is_hf_dir(sibling) and os.path.basename(path) == hf.WEIGHTS_NAME:
-        return _hf_info(sibling)
+    if os.path.basename(path) == hf.WEIGHTS_NAME and hf.is_hf_dir(sibling):
+        return _timm_dir_info(sibling) if timm.is_timm_dir(sibling) else _hf_info(sibling)
     tensors = read_safetensors(path)
     if not timm.looks_like_timm(tensors):
         raise ValueError(
@@ -105,9 +142,9 @@ def _safetensors_info(path) -> CheckpointInfo:
 
     rep = tensors.get("pre_logits.fc.weight")
     return CheckpointInfo(
-        path=path, format="timm", gelu_approximate=False, layer_norm_epsilon=TIMM_LAYER_NORM_EPSILON,
+        path=path, format="timm", activation="gelu", layer_norm_epsilon=TIMM_LAYER_NORM_EPSILON,
         classes=None if head is None else int(head.shape[0]), representation_size=None if rep is None else
-        int(rep.shape[0]), reader=reader,
+        int(rep.shape[0]), reader=reader, antialias=True,
     )
 
 
@@ -145,7 +182,7 @@ def _local_info(path) -> CheckpointInfo:
         raise ValueError(f"{path!r} is a whole saved model: open it with keras.saving.load_model({path!r}).")
     if os.path.isdir(path):
         if hf.is_hf_dir(path):
-            return _hf_info(path)
+            return _timm_dir_info(path) if timm.is_timm_dir(path) else _hf_info(path)
         raise ValueError(f"{path!r} is a directory without config.json; pass a Hugging Face save_pretrained "
                          "directory or a checkpoint file.")
     if not os.path.isfile(path):
@@ -196,43 +233,47 @@ def describe(weights, *, architecture: dict | None = None, image_size=None, sha2
 def architecture_of(model) -> dict:
     """The architecture arguments of a built vit_keras model (for registry look-ups and conversion).
 
+    Read from the `ViTConfig` the model carries (`vit_keras.models.config_of`).
+
     Example:
         >>> architecture_of(model)["hidden_size"]  # doctest: +SKIP
         768
     """
-    encoder = model.get_layer("patch_encoder")
-    blocks = [layer for layer in model.layers if layer.name.startswith("Transformer_encoderblock_")]
-    resnet = None
+    config = model_config(model)
+    return {**config.model_kwargs(), "classifier": "token" if config.class_token else "gap"}
+
+
+def model_config(model):
+    """The `ViTConfig` a vit_keras model carries (in its `patch_encoder` layer's config).
+
+    Example:
+        >>> model_config(vit_keras.ViTTi16(image_size=32)).hidden_size  # doctest: +SKIP
+        192
+    """
+    from vit_keras.configs import ViTConfig
+
     try:
-        resnet = model.get_layer("resnet").config
-    except ValueError:
-        pass
-    attention = blocks[0].attention if blocks else None
-    return {
-        "patch_size": model.get_layer("patches").patch_size,
-        "hidden_size": encoder.hidden_size,
-        "num_layers": len(blocks),
-        "num_heads": getattr(attention, "num_heads", None) if attention is not None else None,
-        "mlp_dim": blocks[0].mlp.mlp_dim if blocks else None,
-        "resnet": resnet,
-        "classifier": encoder.classifier,
-    }
+        architecture = model.get_layer("patch_encoder").architecture
+    except ValueError as error:
+        raise ValueError(f"{model.name!r} is not a vit_keras model (it has no 'patch_encoder' layer).") from error
+    if architecture is None:
+        raise ValueError(f"{model.name!r} does not carry its architecture; build it with vit_keras.ViT.")
+    return ViTConfig.from_dict(architecture)
 
 
 def _check_numerics(model, info: CheckpointInfo) -> None:
-    blocks = [layer for layer in model.layers if layer.name.startswith("Transformer_encoderblock_")]
-    if not blocks:
-        return
+    config = model_config(model)
     mismatches = []
-    gelu = blocks[0].mlp.gelu_approximate
-    if info.gelu_approximate is not None and gelu != info.gelu_approximate:
-        mismatches.append(f"gelu_approximate={gelu} but the checkpoint was trained with {info.gelu_approximate}")
-    eps = model.get_layer("encoder_norm").epsilon
+    if info.activation is not None and config.activation != info.activation:
+        mismatches.append(f"activation={config.activation!r} but the checkpoint was trained with "
+                          f"{info.activation!r}")
+    eps = config.layer_norm_epsilon
     if info.layer_norm_epsilon is not None and abs(eps - info.layer_norm_epsilon) > 1e-15:
         mismatches.append(f"layer_norm_epsilon={eps} but the checkpoint used {info.layer_norm_epsilon}")
     if mismatches:
         message = (f"{info.path}: the model's {'; '.join(mismatches)}. Outputs will differ from the reference; "
-                   "rebuild with gelu_approximate=None, layer_norm_epsilon=None to follow the checkpoint.")
+                   "rebuild with gelu_approximate=None, layer_norm_epsilon=None to follow the checkpoint, or use "
+                   "vit_keras.from_pretrained.")
         logger.warning(message)
         warnings.warn(message, UserWarning, stacklevel=4)
 
@@ -266,9 +307,9 @@ def load_into(model, info: CheckpointInfo, *, interpolation: str = "linear", sou
             ) from error
         return
     _check_numerics(model, info)
-    params = info.read(architecture_of(model)["num_heads"])
+    params = info.read(model_config(model).num_heads)
     assign_params(model, params, source=info.path, source_grid=source_grid or info.source_grid,
-                  interpolation=interpolation)
+                  interpolation=interpolation, antialias=info.antialias and interpolation == "bicubic")
 
 
 def load_weights(model, source, *, interpolation: str = "linear", source_grid=None, sha256: str | None = None,
@@ -304,5 +345,5 @@ def list_weights(variant: str | None = None) -> list[WeightsEntry]:
     return [entry for entry in REGISTRY.values() if variant is None or entry.variant == variant]
 
 
-__all__ = ["CheckpointInfo", "architecture_of", "check_interpolation", "check_source_grid", "describe", "list_weights",
+__all__ = ["CheckpointInfo", "architecture_of", "model_config", "check_interpolation", "check_source_grid", "describe", "list_weights",
            "load_into", "load_weights"]

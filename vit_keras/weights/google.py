@@ -111,11 +111,6 @@ def canonicalize(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         out[name] = value
 
     for name, value in _model_parameters(arrays).items():
-        if name.startswith("MAPHead_0/"):
-            raise ValueError(
-                "This checkpoint has a MAP (attention-pooling) head (`MAPHead_0`), which vit_keras does not "
-                "implement; use a checkpoint with classifier 'token' or 'gap'."
-            )
         if name == "pos_embedding":
             name = POS_EMBEDDING_KEY
             big_vision_posemb = True

@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
+from vit_keras.configs import VARIANTS
+
 BASE_URL = "https://storage.googleapis.com/vit_models"
 IMAGENET21K_CLASSES = 21843
 IMAGENET_CLASSES = 1000
@@ -61,9 +63,6 @@ class WeightsEntry:
         return f"{directory.replace('/', '_').replace('+', '_')}-{base}" if directory else base
 
 
-_HIDDEN = {"Ti/16": 192, "S/16": 384, "S/32": 384, "B/8": 768, "B/16": 768, "B/32": 768, "L/16": 1024,
-           "L/32": 1024, "H/14": 1280, "R+Ti/16": 192, "R26+S/32": 384, "R50+B/16": 768, "R26+B/32": 768,
-           "R50+L/32": 1024}
 _PAPER_FILE = {"B/8": "ViT-B_8", "B/16": "ViT-B_16", "B/32": "ViT-B_32", "L/16": "ViT-L_16", "L/32": "ViT-L_32",
                "H/14": "ViT-H_14", "R50+B/16": "R50+ViT-B_16", "R26+B/32": "R26+ViT-B_32",
                "R50+L/32": "R50+ViT-L_32"}
@@ -106,7 +105,7 @@ def _build() -> dict[str, WeightsEntry]:
     for variant, stem in _PAPER_FILE.items():
         entries.append(WeightsEntry(
             variant, "imagenet21k", f"{BASE_URL}/imagenet21k/{stem}.npz", 224, IMAGENET21K_CLASSES,
-            representation_size=_HIDDEN[variant], size_mib=_PAPER_I21K_MIB.get(variant),
+            representation_size=VARIANTS[variant].hidden_size, size_mib=_PAPER_I21K_MIB.get(variant),
             source="ViT paper, ImageNet-21k upstream"))
     for variant in ("B/8", "B/16", "B/32", "L/16", "L/32", "R50+B/16"):
         top1 = _PAPER_TOP1.get(variant)

@@ -4,7 +4,8 @@
 `scipy.ndimage.zoom(grid, (gh_new / gh_old, gw_new / gw_old, 1), order=1)`, i.e. bilinear with corner-aligned
 sample points, generalised to rectangular grids with one zoom factor per axis. `interpolation="bicubic"` is
 Hugging Face's `interpolate_pos_encoding`: torch bicubic (a = -0.75) with half-pixel sample points
-(`align_corners=False`) and clamped borders.
+(`align_corners=False`) and clamped borders; with `antialias=True` it is timm's `resample_abs_pos_embed`
+(torch bicubic with `antialias=True`: Keys a = -0.5, the kernel widened when downsampling, renormalised borders).
 
 Example:
     >>> table = np.zeros((1, 1 + 8 * 8, 16), np.float32)
@@ -111,7 +112,35 @@ def _bicubic_matrix(in_size: int, out_size: int) -> np.ndarray:
     return matrix
 
 
-def resample_grid(grid: np.ndarray, new_grid, interpolation: str = "linear") -> np.ndarray:
+def _torch_antialias_cubic(x: np.ndarray) -> np.ndarray:
+    """Keys' cubic with a = -0.5: the kernel torch uses for `bicubic` whenever `antialias=True`."""
+    a = -0.5
+    x = np.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return np.where(x < 1, near, np.where(x < 2, far, 0.0))
+
+
+def _bicubic_antialias_matrix(in_size: int, out_size: int) -> np.ndarray:
+    """(out, in) matrix of torch's `interpolate(mode="bicubic", antialias=True, align_corners=False)` on one axis
+    (aten `_upsample_bicubic2d_aa`, PIL-style): the kernel is stretched by the scale when downsampling, truncated
+    at the borders and renormalised; when upsampling it is the a = -0.5 cubic, not the a = -0.75 one."""
+    scale = in_size / out_size
+    support = 2.0 * scale if scale >= 1.0 else 2.0
+    inv_scale = 1.0 / scale if scale >= 1.0 else 1.0
+    matrix = np.zeros((out_size, in_size), np.float64)
+    for i in range(out_size):
+        center = scale * (i + 0.5)
+        lo = max(int(center - support + 0.5), 0)
+        hi = min(int(center + support + 0.5), in_size)
+        taps = np.arange(lo, hi)
+        weights = _torch_antialias_cubic((taps - center + 0.5) * inv_scale)
+        total = weights.sum()
+        matrix[i, lo:hi] = weights / total if total != 0 else weights
+    return matrix
+
+
+def resample_grid(grid: np.ndarray, new_grid, interpolation: str = "linear", antialias: bool = False) -> np.ndarray:
     """Resize a (rows, cols, D) embedding grid to `new_grid` = (rows', cols').
 
     Example:
@@ -129,8 +158,9 @@ def resample_grid(grid: np.ndarray, new_grid, interpolation: str = "linear") -> 
         if out.shape[:2] != (new_rows, new_cols):  # zoom rounds the output size; guard against drift
             raise ValueError(f"Resampling {rows}x{cols} to {new_rows}x{new_cols} gave {out.shape[:2]}.")
         return out
-    row_matrix = _bicubic_matrix(rows, new_rows)
-    col_matrix = _bicubic_matrix(cols, new_cols)
+    matrix = _bicubic_antialias_matrix if antialias else _bicubic_matrix
+    row_matrix = matrix(rows, new_rows)
+    col_matrix = matrix(cols, new_cols)
     out = np.einsum("ri,cj,ijd->rcd", row_matrix, col_matrix, grid.astype(np.float64))
     return out.astype(grid.dtype)
 
@@ -141,8 +171,11 @@ def resample_position_embeddings(
     num_prefix_tokens: int = 1,
     source_grid=None,
     interpolation: str = "linear",
+    antialias: bool = False,
 ) -> np.ndarray:
     """Resample a (1, prefix + rows·cols, D) position-embedding table to `new_grid`; prefix tokens stay as is.
+
+    `antialias=True` (with `"bicubic"`) is timm's `resample_abs_pos_embed`: torch bicubic with `antialias=True`.
 
     Example:
         >>> resample_position_embeddings(np.zeros((1, 65, 8), np.float32), (6, 10)).shape
@@ -154,5 +187,5 @@ def resample_position_embeddings(
     prefix, patches = table[:, :num_prefix_tokens], table[0, num_prefix_tokens:]
     rows, cols = infer_grid(patches.shape[0], source_grid)
     grid = patches.reshape(rows, cols, -1)
-    grid = resample_grid(grid, new_grid, interpolation)
+    grid = resample_grid(grid, new_grid, interpolation, antialias=antialias)
     return np.concatenate([prefix, grid.reshape(1, -1, grid.shape[-1])], axis=1)

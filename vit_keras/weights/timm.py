@@ -1,8 +1,10 @@
-"""Read timm `VisionTransformer` state dicts saved as `.safetensors` (no torch needed).
+"""Read timm `VisionTransformer` checkpoints (no torch needed): bare `.safetensors` state dicts and the Hugging
+Face-style directories timm's `save_for_hf` / `push_to_hub` write (`config.json` + `model.safetensors`).
 
-timm fuses q, k and v into `attn.qkv` ((3D, D), q first) and stores torch layouts: Linear weights (out, in), the
-patch convolution OIHW. The number of heads is not in the file; it comes from the model being loaded (or, for
-conversion, from the variant table). timm's ViTs use exact-erf GELU and LayerNorm eps 1e-6.
+timm fuses q, k and v into `attn.qkv` ((3D, D), q first) and stores torch layouts (see `torch_layout`). A bare state
+dict does not say the number of heads; it comes from the model being loaded. A directory's `config.json` gives the
+architecture: its `architecture` name fixes the family switches (table below), `model_args` overrides sizes and
+switches, and `pretrained_cfg` gives the normalisation (mean/std) the model was trained with.
 
 Example:
     >>> params = read_timm("vit_base_patch16_224.safetensors", num_heads=12)  # doctest: +SKIP
@@ -10,14 +12,20 @@ Example:
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
 
+from vit_keras.weights import json_config, torch_layout
 from vit_keras.weights.google import POS_EMBEDDING_KEY
 from vit_keras.weights.safetensors_io import read_safetensors
 
-_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)\.(weight|bias)$")
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+LAYER_NORM_EPSILON = 1e-6
+
+_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)\.(weight|bias|gamma)$")
 _BLOCK_MAP = {
     "norm1": "LayerNorm_0",
     "norm2": "LayerNorm_2",
@@ -25,14 +33,44 @@ _BLOCK_MAP = {
     "mlp.fc2": "MlpBlock_3/Dense_1",
 }
 _UNSUPPORTED = {
-    "reg_token": "register tokens",
-    "fc_norm.": "a LayerNorm after pooling (fc_norm)",
-    "norm_pre.": "a LayerNorm before the blocks (norm_pre)",
-    "attn_pool.": "attention pooling (MAP head)",
     "patch_embed.backbone.": "a timm hybrid backbone (load the Google .npz of the hybrid instead)",
-    ".ls1.": "LayerScale",
     ".q_norm.": "q/k normalisation",
+    ".mlp.norm.": "a LayerNorm inside the MLP (scale_mlp_norm)",
+    "attn.norm.": "a LayerNorm inside the attention (scale_attn_norm)",
 }
+_TOP_LEVEL = {
+    "cls_token": "cls",
+    "dist_token": "dist",
+    "reg_token": "reg",
+    "pos_embed": POS_EMBEDDING_KEY,
+    "attn_pool.latent": "MAPHead_0/probe",
+}
+_NORMS = {"norm": "Transformer/encoder_norm", "norm_pre": "pre_norm", "fc_norm": "fc_norm",
+          "attn_pool.norm": "MAPHead_0/LayerNorm_0"}
+_LINEARS = {"head": "head", "head_dist": "head_dist", "pre_logits.fc": "pre_logits",
+            "attn_pool.mlp.fc1": "MAPHead_0/MlpBlock_0/Dense_0", "attn_pool.mlp.fc2": "MAPHead_0/MlpBlock_0/Dense_1"}
+
+# The architecture names timm registers for the ViT family -> the switches each fixes (timm 1.0.31
+# vision_transformer.py / deit.py). Sizes come from the size word; `model_args` in config.json overrides both.
+SIZES = {"tiny": (192, 12, 3), "small": (384, 12, 6), "base": (768, 12, 12), "large": (1024, 24, 16),
+         "huge": (1280, 32, 16)}
+_NAME = re.compile(r"^(vit|deit|deit3)_(tiny|small|base|large|huge)(_distilled)?_patch(\d+)((?:_[a-z0-9]+)*)$")
+SWITCHES = {
+    "dinov2": {"layer_scale": True, "image_size": (518, 518)},
+    "reg1": {"num_register_tokens": 1, "no_embed_class": True},
+    "reg4": {"num_register_tokens": 4, "no_embed_class": True},
+    "reg8": {"num_register_tokens": 8, "no_embed_class": True},
+    "clip": {"pre_norm": True, "patch_bias": False, "layer_norm_epsilon": 1e-5},
+    "quickgelu": {"activation": "quick_gelu"},
+    "siglip": {"class_token": False, "global_pool": "map"},
+    "gap": {"class_token": False, "global_pool": "avg", "fc_norm": False},
+}
+_RESOLUTION = re.compile(r"^(\d{3})$")
+_BENIGN_TOKENS = {"in21k", "in22k", "ft", "in1k", "augreg", "orig", "mae", "dino"}
+_MODEL_ARGS = {"img_size", "patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "num_classes", "global_pool",
+               "fc_norm", "class_token", "reg_tokens", "no_embed_class", "pre_norm", "init_values", "qkv_bias",
+               "in_chans", "drop_rate", "pos_drop_rate", "attn_drop_rate", "drop_path_rate", "proj_drop_rate",
+               "dynamic_img_size", "dynamic_img_pad", "representation_size"}
 
 
 def looks_like_timm(names) -> bool:
@@ -43,6 +81,19 @@ def looks_like_timm(names) -> bool:
         True
     """
     return any(name.startswith(("blocks.", "patch_embed.")) for name in names)
+
+
+def is_timm_dir(path: str) -> bool:
+    """Whether `path` is a timm `save_for_hf` directory (config.json with an `architecture` key).
+
+    Example:
+        >>> is_timm_dir("/nonexistent")
+        False
+    """
+    config_path = os.path.join(path, CONFIG_NAME)
+    if not os.path.isfile(config_path):
+        return False
+    return "architecture" in json_config.load(config_path)
 
 
 def canonicalize(tensors: dict[str, np.ndarray], num_heads: int) -> dict[str, np.ndarray]:
@@ -57,57 +108,52 @@ def canonicalize(tensors: dict[str, np.ndarray], num_heads: int) -> dict[str, np
                 raise ValueError(f"This timm checkpoint uses {what} ({name!r}), which vit_keras does not implement.")
     out: dict[str, np.ndarray] = {}
     unknown = []
+    blocks: dict[str, dict] = {}
     for name, value in tensors.items():
         value = np.asarray(value, np.float32)
-        if name == "cls_token":
-            out["cls"] = value
-        elif name == "pos_embed":
-            out[POS_EMBEDDING_KEY] = value
+        module, _, param = name.rpartition(".")
+        if name in _TOP_LEVEL:
+            out[_TOP_LEVEL[name]] = value
         elif name == "patch_embed.proj.weight":
-            out["embedding/kernel"] = value.transpose(2, 3, 1, 0)
+            out["embedding/kernel"] = torch_layout.patch_kernel(value)
         elif name == "patch_embed.proj.bias":
             out["embedding/bias"] = value
-        elif name in ("norm.weight", "norm.bias"):
-            out["Transformer/encoder_norm/" + ("scale" if name.endswith("weight") else "bias")] = value
-        elif name.startswith(("head.", "pre_logits.fc.")):
-            layer = "head" if name.startswith("head.") else "pre_logits"
-            out[f"{layer}/" + ("kernel" if name.endswith("weight") else "bias")] = (
-                value.T if name.endswith("weight") else value
-            )
+        elif module in _NORMS and param in ("weight", "bias"):
+            out[f"{_NORMS[module]}/{'scale' if param == 'weight' else 'bias'}"] = value
+        elif module in _LINEARS and param in ("weight", "bias"):
+            out[f"{_LINEARS[module]}/{'kernel' if param == 'weight' else 'bias'}"] = (
+                value.T if param == "weight" else value)
+        elif module.startswith("attn_pool.") and module.split(".", 1)[1] in ("q", "kv", "proj"):
+            blocks.setdefault("attn_pool", {})[f"{module.split('.', 1)[1]}.{param}"] = value
         elif match := _BLOCK.match(name):
-            index, module, param = match.groups()
+            index, part, param = match.groups()
             prefix = f"Transformer/encoderblock_{index}"
-            if module in _BLOCK_MAP:
-                target = f"{prefix}/{_BLOCK_MAP[module]}"
-                if module.startswith("norm"):
+            if part in _BLOCK_MAP:
+                target = f"{prefix}/{_BLOCK_MAP[part]}"
+                if part.startswith("norm"):
                     out[f"{target}/{'scale' if param == 'weight' else 'bias'}"] = value
-                elif param == "weight":
-                    out[f"{target}/kernel"] = value.T
                 else:
-                    out[f"{target}/bias"] = value
-            elif module == "attn.qkv":
-                for part, piece in zip(("query", "key", "value"), np.split(value, 3, axis=0)):
-                    key = f"{prefix}/MultiHeadDotProductAttention_1/{part}"
-                    dim = piece.shape[0]
-                    if dim % num_heads:
-                        raise ValueError(f"Hidden size {dim} is not divisible by num_heads {num_heads}.")
-                    if param == "weight":
-                        out[f"{key}/kernel"] = piece.T.reshape(piece.shape[1], num_heads, dim // num_heads)
-                    else:
-                        out[f"{key}/bias"] = piece.reshape(num_heads, dim // num_heads)
-            elif module == "attn.proj":
-                key = f"{prefix}/MultiHeadDotProductAttention_1/out"
-                if param == "weight":
-                    dim = value.shape[0]
-                    out[f"{key}/kernel"] = value.T.reshape(num_heads, dim // num_heads, dim)
-                else:
-                    out[f"{key}/bias"] = value
+                    out[f"{target}/{'kernel' if param == 'weight' else 'bias'}"] = value.T if param == "weight" else value
+            elif part in ("ls1", "ls2") and param == "gamma":
+                out[f"{prefix}/LayerScale_{1 if part == 'ls1' else 3}/scale"] = value
+            elif part in ("attn.qkv", "attn.proj"):
+                blocks.setdefault(index, {})[f"{part}.{param}"] = value
             else:
                 unknown.append(name)
         else:
             unknown.append(name)
     if unknown:
-        raise ValueError(f"Unknown timm ViT tensors (not a plain ViT?): {', '.join(sorted(unknown))}")
+        raise ValueError(f"Unknown timm ViT tensors (not a ViT vit_keras implements?): {', '.join(sorted(unknown))}")
+    for index, parts in blocks.items():
+        if index == "attn_pool":
+            q = (parts["q.weight"], parts.get("q.bias"))
+            k, v = torch_layout.split_fused(parts["kv.weight"], parts.get("kv.bias"), 2)
+            out.update(torch_layout.attention("MAPHead_0/MultiHeadDotProductAttention_0", q, k, v,
+                                              (parts["proj.weight"], parts.get("proj.bias")), num_heads))
+            continue
+        q, k, v = torch_layout.split_fused(parts["attn.qkv.weight"], parts.get("attn.qkv.bias"), 3)
+        out.update(torch_layout.attention(f"Transformer/encoderblock_{index}/MultiHeadDotProductAttention_1", q, k, v,
+                                          (parts["attn.proj.weight"], parts.get("attn.proj.bias")), num_heads))
     return out
 
 
@@ -119,3 +165,99 @@ def read_timm(path: str, num_heads: int) -> dict[str, np.ndarray]:
         (1, 1, 384)
     """
     return canonicalize(read_safetensors(path), num_heads)
+
+
+def architecture_switches(name: str, path: str = CONFIG_NAME) -> dict:
+    """ViTConfig fields that timm's registered architecture `name` fixes.
+
+    Example:
+        >>> architecture_switches("vit_small_patch14_reg4_dinov2")["num_register_tokens"]
+        4
+    """
+    match = _NAME.match(name) if isinstance(name, str) else None
+    if match is None:
+        raise ValueError(
+            f"{path!r}: timm architecture {name!r} is not a ViT vit_keras knows; supported names look like "
+            "vit_<tiny|small|base|large|huge>_patch<P>_[clip_|siglip_|...]<size>[_dinov2|_reg4_dinov2] or "
+            "deit_<size>_[distilled_]patch<P>_<size>."
+        )
+    family, size, distilled, patch, rest = match.groups()
+    hidden, depth, heads = SIZES[size]
+    fields = {"patch_size": int(patch), "hidden_size": hidden, "num_layers": depth, "num_heads": heads,
+              "mlp_dim": 4 * hidden, "activation": "gelu", "layer_norm_epsilon": LAYER_NORM_EPSILON,
+              "distilled": bool(distilled), "image_size": (224, 224)}
+    for token in [t for t in rest.split("_") if t]:
+        if token in SWITCHES:
+            fields.update(SWITCHES[token])
+        elif _RESOLUTION.match(token):
+            fields["image_size"] = (int(token), int(token))
+        elif token not in _BENIGN_TOKENS:
+            raise ValueError(f"{path!r}: timm architecture {name!r} has the part {token!r}, a switch vit_keras does "
+                             f"not implement (known: {sorted(SWITCHES)}).")
+    if family == "deit3":
+        fields.update(layer_scale=True, no_embed_class=True)
+    return fields
+
+
+def read_config(directory: str) -> tuple[dict, tuple | None]:
+    """A timm directory's config.json -> (ViTConfig fields, (mean, std) or None) plus `classes`.
+
+    Example:
+        >>> fields, normalization = read_config("timm-vit-dir")  # doctest: +SKIP
+    """
+    path = os.path.join(directory, CONFIG_NAME)
+    config = json_config.load(path)
+    fields = architecture_switches(json_config.require(config, "architecture", str, path), path)
+    args = json_config.require(config, "model_args", dict, path, default={})
+    unknown = sorted(set(args) - _MODEL_ARGS)
+    if unknown:
+        raise ValueError(f"{path!r}: model_args {unknown} are timm options vit_keras does not implement.")
+    margs = f"{path} model_args"
+    if "img_size" in args:
+        fields["image_size"] = json_config.size_pair(args, "img_size", margs)
+    else:
+        cfg = json_config.require(config, "pretrained_cfg", dict, path, default={})
+        input_size = json_config.require(cfg, "input_size", list, path, default=None)
+        if input_size is not None and len(input_size) == 3:
+            fields["image_size"] = json_config.size_pair({"input_size": input_size[1:]}, "input_size", path)
+    for key, field in (("patch_size", "patch_size"), ("embed_dim", "hidden_size"), ("depth", "num_layers"),
+                       ("num_heads", "num_heads")):
+        if key in args:
+            fields[field] = json_config.require(args, key, int, margs, positive=True)
+    ratio = json_config.require(args, "mlp_ratio", float, margs, default=4.0, positive=True)
+    fields["mlp_dim"] = int(fields["hidden_size"] * ratio)
+    for key, field in (("class_token", "class_token"), ("no_embed_class", "no_embed_class"),
+                       ("pre_norm", "pre_norm"), ("qkv_bias", "qkv_bias")):
+        if key in args:
+            fields[field] = json_config.require(args, key, bool, margs)
+    if "pre_norm" in args:
+        fields["patch_bias"] = not fields["pre_norm"]
+    if "reg_tokens" in args:
+        fields["num_register_tokens"] = json_config.require(args, "reg_tokens", int, margs)
+    if args.get("init_values") is not None:
+        fields["layer_scale"] = True
+    global_pool = json_config.require(args, "global_pool", str, margs,
+                                      default=json_config.require(config, "global_pool", str, path, default=None))
+    if global_pool is not None:
+        if global_pool not in ("token", "avg", "map", ""):
+            raise ValueError(f"{path!r}: global_pool {global_pool!r} is not one of 'token', 'avg', 'map'.")
+        fields["global_pool"] = global_pool or "token"
+    # timm: fc_norm=None means "after pooling exactly when the pooling is an average".
+    fc_norm = args.get("fc_norm")
+    fields["fc_norm"] = (fields.get("global_pool") == "avg" if fc_norm is None
+                         else json_config.require(args, "fc_norm", bool, margs))
+    if json_config.require(args, "in_chans", int, margs, default=3) != 3:
+        raise ValueError(f"{path!r}: in_chans {args['in_chans']} (vit_keras checkpoints take RGB).")
+    if fields.get("distilled") and fields.get("global_pool", "token") != "token":
+        raise ValueError(f"{path!r}: a distilled model pools its tokens, not {fields['global_pool']!r}.")
+    cfg = json_config.require(config, "pretrained_cfg", dict, path, default={})
+    normalization = None
+    if "mean" in cfg or "std" in cfg:
+        mean = json_config.require(cfg, "mean", list, f"{path} pretrained_cfg")
+        std = json_config.require(cfg, "std", list, f"{path} pretrained_cfg")
+        if len(mean) != 3 or len(std) != 3 or not all(isinstance(v, int | float) for v in mean + std):
+            raise ValueError(f"{path!r}: pretrained_cfg mean/std must be 3 numbers each, got {mean!r}, {std!r}.")
+        if not all(s > 0 for s in std):
+            raise ValueError(f"{path!r}: pretrained_cfg std must be positive, got {std!r}.")
+        normalization = (tuple(float(m) for m in mean), tuple(float(s) for s in std))
+    return fields, normalization

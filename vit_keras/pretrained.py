@@ -1,0 +1,99 @@
+"""`from_pretrained`: the model a checkpoint describes, its architecture read off the checkpoint and its config.
+
+Example:
+    >>> model = vit_keras.from_pretrained("dinov2-small-dir", include_top=False, pooling="token")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+
+from vit_keras import weights as weights_lib
+from vit_keras.configs import VARIANTS, ViTConfig
+from vit_keras.models import _as_hw, build_vit, check_normalization
+from vit_keras.weights import registry
+from vit_keras.weights.resample import check_interpolation
+
+_UNSET = object()
+
+
+def _registered_config(source: str):
+    """The variant of a registered `"B/16:imagenet21k"`-style name, else None."""
+    if isinstance(source, str) and ":" in source and source in registry.REGISTRY:
+        return VARIANTS[registry.REGISTRY[source].variant]
+    return None
+
+
+def from_pretrained(
+    source,
+    *,
+    image_size=None,
+    interpolation=None,
+    include_top=True,
+    pooling=None,
+    classes=None,
+    classifier_activation="softmax",
+    include_preprocessing=True,
+    input_tensor=None,
+    name=None,
+    sha256=None,
+    cache_dir=None,
+):
+    """Build the model a checkpoint describes and load it, exactly as its own library computes it.
+
+    `source`: a timm Hugging Face-style directory (`config.json` with `architecture`, `model_args`,
+    `pretrained_cfg` + `model.safetensors`), a transformers `save_pretrained` directory (`ViTModel`,
+    `ViTForImageClassification`, `Dinov2Model`, `CLIPVisionModel`, `SiglipVisionModel`), a Google `.npz` (incl.
+    big_vision MAP heads), a registered name such as `"B/16:imagenet21k+imagenet2012"`, or a URL of one of them.
+
+    Overrides: `image_size` (int or (h, w); the position embeddings are resampled: `interpolation=None` uses the
+    source library's own — timm: antialiased bicubic as `resample_abs_pos_embed`, transformers: bicubic as
+    `interpolate_pos_encoding`, Google: vit_jax's linear), `include_top`, `pooling` (with include_top=False:
+    None for the tokens, `"token"`, `"avg"`, `"max"`, `"map"` — the checkpoint's attention-pooling head),
+    `classes` (another number gives a fresh zero head), `classifier_activation`, `include_preprocessing` (True:
+    the model takes RGB in [0, 255] and applies the checkpoint's own normalisation — timm `pretrained_cfg`
+    mean/std, [-1, 1] otherwise).
+
+    Example:
+        >>> model = from_pretrained("timm-vit-dir", image_size=448, classifier_activation=None)  # doctest: +SKIP
+        >>> model = from_pretrained("B/16:imagenet21k+imagenet2012")  # doctest: +SKIP
+    """
+    if interpolation is not None:
+        check_interpolation(interpolation)
+    variant = _registered_config(os.fspath(source) if isinstance(source, os.PathLike) else source)
+    info = weights_lib.describe(source, architecture=None if variant is None else variant.model_kwargs(),
+                                sha256=sha256, cache_dir=cache_dir)
+    if info is None:
+        raise ValueError("`source` is None; pass a checkpoint directory, file, URL or registered name.")
+    if info.format == "keras":
+        raise ValueError(f"{info.path!r} is a Keras weights file, which does not say its architecture; build the "
+                         "model with vit_keras.ViT(...) and pass weights=, or load a whole .keras model with "
+                         "keras.models.load_model.")
+    fields = dict(info.architecture or {})
+    if info.format == "timm" and not fields:
+        raise ValueError(f"{info.path!r} is a bare timm state dict, which does not say its number of heads; pass "
+                         "the directory timm's save_for_hf writes (config.json + model.safetensors).")
+    if variant is not None:
+        fields.update({k: v for k, v in variant.model_kwargs().items() if k not in ("dropout_rate",
+                                                                                   "attention_dropout_rate")})
+    if fields.get("image_size") is None:
+        fields["image_size"] = (224, 224)
+    if image_size is not None:
+        fields["image_size"] = _as_hw(image_size, "image_size")
+    if not include_top or classes is None or classes == info.classes:
+        pass
+    elif fields.get("representation_size"):
+        fields["representation_size"] = None  # fine-tuning drops pre_logits, as vit_jax load_pretrained does
+    config = ViTConfig.from_dict(fields)
+    if include_top and classes is None:
+        if info.classes is None:
+            raise ValueError(f"{info.path!r} has no classification head; pass include_top=False (and pooling=...) "
+                             "for its embeddings, or classes=N for a fresh head.")
+        classes = info.classes
+    model = build_vit(
+        config, include_top=include_top, pooling=pooling, classes=classes if classes is not None else 1000,
+        classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
+        normalization=check_normalization(info.normalization), input_tensor=input_tensor, name=name,
+    )
+    weights_lib.load_into(model, info, interpolation=interpolation or info.default_interpolation)
+    return model
