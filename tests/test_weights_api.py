@@ -12,6 +12,7 @@ import vit_keras
 from vit_keras.cli import main as cli_main
 from vit_keras.configs import VARIANTS
 from vit_keras.weights import registry
+from vit_keras.weights.assign import model_slots
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 TOLERANCE = 2e-5
@@ -173,12 +174,21 @@ def test_unsupported_sources_are_explained(tmp_path, name, match):
                       weights=str(path))
 
 
-def test_map_head_checkpoints_are_refused(tmp_path):
+def test_map_head_checkpoint_needs_a_map_model(tmp_path):
+    """A big_vision MAP-head checkpoint loaded into a class-token model lists what does not fit, loading nothing."""
+    model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=96,
+                          classifier="map", classes=4)
     path = tmp_path / "siglip.npz"
-    np.savez(path, **{"params/MAPHead_0/probe": np.zeros((1, 1, 4), np.float32)})
-    with pytest.raises(ValueError, match="MAP"):
-        vit_keras.load_weights(vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1,
-                                             num_heads=3, mlp_dim=96), str(path))
+    arrays = {f"params/{k}": np.asarray(v.variable) for k, v in model_slots(model).items()}
+    arrays["params/pos_embedding"] = arrays.pop("params/Transformer/posembed_input/pos_embedding")
+    np.savez(path, **arrays)
+    token_model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=96,
+                                classes=4)
+    with pytest.raises(ValueError, match="MAPHead_0/probe"):
+        vit_keras.load_weights(token_model, str(path))
+    reloaded = vit_keras.from_pretrained(str(path), classifier_activation=None)
+    x = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(reloaded(x)), np.asarray(model(x)), atol=1e-5)
 
 
 # ---------------------------------------------------------------- vit-keras convert

@@ -1,7 +1,8 @@
 """`vit-keras convert SRC DST`: turn any supported checkpoint into a Keras `.weights.h5` or `.keras` file.
 
-SRC is a Google `.npz`, a timm `.safetensors`, a Hugging Face directory, a URL, or a registered name with
-`--model`. The architecture is read off the checkpoint unless `--model` names a variant. A checkpoint whose stored
+SRC is a Google `.npz`, a timm `.safetensors` or `save_for_hf` directory, a transformers directory (ViT, DINOv2,
+CLIP or SigLIP vision tower), a URL, or a registered name with `--model`: the sources `vit_keras.from_pretrained`
+takes. The architecture is read off the checkpoint unless `--model` names a variant. A checkpoint whose stored
 patch grid is not square needs `--source-grid ROWS,COLS`; its native image size then follows from it.
 """
 
@@ -52,9 +53,11 @@ def register(subparsers) -> None:
     parser.add_argument("--num-heads", type=int, default=None,
                         help="attention heads (only needed for timm files of non-standard width)")
     parser.add_argument("--no-top", action="store_true", help="drop the classification head")
-    parser.add_argument("--interpolation", default="linear", choices=("linear", "bicubic"),
+    parser.add_argument("--interpolation", default=None, choices=("linear", "bicubic"),
                         help="position-embedding resampling when --image-size differs: linear (vit_jax's "
-                             "interpolate_posembed, the default) or bicubic (Hugging Face's)")
+                             "interpolate_posembed) or bicubic (the checkpoint library's own: timm's antialiased, "
+                             "transformers' interpolate_pos_encoding); default: the source's own (linear for "
+                             "Google files)")
     parser.add_argument("--source-grid", type=parse_grid, default=None, metavar="ROWS,COLS",
                         help="the checkpoint's stored patch grid, needed only when it is not square")
     parser.add_argument("--sha256", default=None, help="expected sha256 of a URL source")
@@ -111,6 +114,39 @@ def model_kwargs(args, info) -> dict:
     return {**kwargs, "image_size": list(size), "include_top": include_top}
 
 
+_PLAIN_FIELDS = {"layer_scale": False, "num_register_tokens": 0, "no_embed_class": False, "pre_norm": False,
+                 "fc_norm": False, "distilled": False, "patch_bias": True}
+
+
+def needs_family_builder(info) -> bool:
+    """Whether the checkpoint uses an architecture switch that `vit_keras.ViT`'s paper arguments cannot express, so
+    that it is converted through `vit_keras.from_pretrained`.
+
+    Example:
+        >>> needs_family_builder(describe("timm-dinov2-dir"))  # doctest: +SKIP
+        True
+    """
+    fields = info.architecture or {}
+    if not fields or info.format not in ("timm", "hf", "google_npz"):
+        return False
+    plain = all(fields.get(k, v) == v for k, v in _PLAIN_FIELDS.items())
+    return not plain or fields.get("global_pool") == "map" or fields.get("activation") == "quick_gelu"
+
+
+def _convert_family(args, info):
+    from vit_keras.pretrained import from_pretrained
+
+    fields = info.architecture
+    include_top = not args.no_top and info.classes is not None
+    pooling = None
+    if not include_top:
+        pooling = fields.get("global_pool", "token" if fields.get("class_token", True) else "avg")
+    size = args.image_size
+    size = None if not size else (size if len(size) == 2 else size * 2)
+    return from_pretrained(args.source, image_size=size, interpolation=args.interpolation, include_top=include_top,
+                           pooling=pooling, classifier_activation=None, sha256=args.sha256)
+
+
 def run(args) -> int:
     from vit_keras.models import ViT
     from vit_keras.weights import describe, load_into
@@ -122,6 +158,11 @@ def run(args) -> int:
     info = describe(args.source, architecture=architecture, sha256=args.sha256)
     if info.format == "keras":
         raise ValueError("the source is already a Keras weights file")
+    if args.model is None and args.source_grid is None and needs_family_builder(info):
+        model = _convert_family(args, info)
+        _write(model, destination)
+        print(f"rebuild with: vit_keras.from_pretrained({args.source!r}) (the .keras file carries the architecture)")
+        return 0
     kwargs = model_kwargs(args, info)
     if not kwargs["include_top"]:
         kwargs["representation_size"] = None
@@ -129,11 +170,15 @@ def run(args) -> int:
     kwargs.update(gelu_approximate=info.gelu_approximate, layer_norm_epsilon=info.layer_norm_epsilon,
                   classifier_activation=None)
     model = ViT(**kwargs, weights=None)
-    load_into(model, info, interpolation=args.interpolation, source_grid=args.source_grid)
+    load_into(model, info, interpolation=args.interpolation or "linear", source_grid=args.source_grid)
+    _write(model, destination)
+    print("rebuild with: vit_keras.ViT(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")")
+    return 0
+
+
+def _write(model, destination) -> None:
     if destination.endswith(".keras"):
         model.save(destination)
     else:
         model.save_weights(destination)
     print(f"wrote {destination} ({model.count_params():,} parameters)")
-    print("rebuild with: vit_keras.ViT(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")")
-    return 0

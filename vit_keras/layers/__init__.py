@@ -5,9 +5,9 @@ Example:
     >>> block = layers.TransformerBlock(num_heads=3, mlp_dim=96)
 """
 
+from vit_keras.layers.checkpoint import CheckpointVariable, checkpoint_variables
 from vit_keras.layers.encoder import PatchEncoder, sincos_2d_position_embeddings
 from vit_keras.layers.patches import Patches
-from vit_keras.layers.checkpoint import CheckpointVariable, checkpoint_variables
 from vit_keras.layers.pooling import MAPHead, TokenPooling
 from vit_keras.layers.resnet import BottleneckUnit, ResNetStem, StdConv2D
 from vit_keras.layers.transformer import LayerScale, MlpBlock, TransformerBlock

@@ -265,8 +265,13 @@ def _check_numerics(model, info: CheckpointInfo) -> None:
     config = model_config(model)
     mismatches = []
     if info.activation is not None and config.activation != info.activation:
-        mismatches.append(f"activation={config.activation!r} but the checkpoint was trained with "
-                          f"{info.activation!r}")
+        flavours = {"gelu_tanh": True, "gelu": False}
+        if config.activation in flavours and info.activation in flavours:
+            mismatches.append(f"gelu_approximate={flavours[config.activation]} but the checkpoint was trained with "
+                              f"{flavours[info.activation]}")
+        else:
+            mismatches.append(f"activation={config.activation!r} but the checkpoint was trained with "
+                              f"{info.activation!r}")
     eps = config.layer_norm_epsilon
     if info.layer_norm_epsilon is not None and abs(eps - info.layer_norm_epsilon) > 1e-15:
         mismatches.append(f"layer_norm_epsilon={eps} but the checkpoint used {info.layer_norm_epsilon}")
@@ -345,5 +350,6 @@ def list_weights(variant: str | None = None) -> list[WeightsEntry]:
     return [entry for entry in REGISTRY.values() if variant is None or entry.variant == variant]
 
 
-__all__ = ["CheckpointInfo", "architecture_of", "model_config", "check_interpolation", "check_source_grid", "describe", "list_weights",
+__all__ = ["CheckpointInfo", "architecture_of", "model_config", "check_interpolation", "check_source_grid", "describe",
+           "list_weights",
            "load_into", "load_weights"]

@@ -99,7 +99,13 @@ def assign_params(
     notes = []
 
     # Heads, as vit_jax load_pretrained: no head in the model -> the checkpoint's is not used.
-    for name in ("head", "head_dist", "pre_logits", "MAPHead_0", "fc_norm"):
+    # The attention-pooling head and fc_norm come after the tokens: a model without a head that returns the tokens
+    # (or pools otherwise) does not use them; a model with a head must (a mismatch is reported below).
+    has_head = "head/kernel" in slots
+    droppable = ["head", "head_dist", "pre_logits"]
+    droppable += [] if has_head else ["MAPHead_0"]
+    droppable += [] if has_head or "Transformer/encoder_norm/scale" in slots else ["fc_norm"]
+    for name in droppable:
         keys = [k for k in params if k.startswith(f"{name}/")]
         if keys and not any(k.startswith(f"{name}/") for k in slots):
             for key in keys:

@@ -133,7 +133,8 @@ def canonicalize(tensors: dict[str, np.ndarray], num_heads: int) -> dict[str, np
                 if part.startswith("norm"):
                     out[f"{target}/{'scale' if param == 'weight' else 'bias'}"] = value
                 else:
-                    out[f"{target}/{'kernel' if param == 'weight' else 'bias'}"] = value.T if param == "weight" else value
+                    out[f"{target}/{'kernel' if param == 'weight' else 'bias'}"] = (
+                        value.T if param == "weight" else value)
             elif part in ("ls1", "ls2") and param == "gamma":
                 out[f"{prefix}/LayerScale_{1 if part == 'ls1' else 3}/scale"] = value
             elif part in ("attn.qkv", "attn.proj"):

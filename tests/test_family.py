@@ -1,0 +1,162 @@
+"""The ViT family through `vit_keras.from_pretrained`: reference fixtures made by timm 1.0.31 and transformers 5.23.0
+(tests/fixtures/family/README.md), and parity with timm / transformers models built here with random weights, at a
+second image size (position embeddings resampled as each library resamples them) and after a `.keras` round trip.
+
+Tolerance (the fixtures' README): max |diff| <= 5e-5 * max(1, max |reference|), and the same argmax.
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import timm
+import torch
+import transformers
+
+import vit_keras
+from tests.torch_compat import randomise_parameters
+
+FAMILY = os.path.join(os.path.dirname(__file__), "fixtures", "family")
+CASES = sorted(name for name in os.listdir(FAMILY) if os.path.isdir(os.path.join(FAMILY, name)))
+TOLERANCE = 5e-5
+
+
+def _check(out, reference):
+    out, reference = np.asarray(out, np.float32), np.asarray(reference, np.float32)
+    assert out.shape == reference.shape
+    scale = max(1.0, float(np.abs(reference).max()))
+    assert np.abs(out - reference).max() <= TOLERANCE * scale, np.abs(out - reference).max()
+    np.testing.assert_array_equal(out.argmax(-1), reference.argmax(-1))
+
+
+def _run(model, x):
+    return np.asarray(keras.ops.convert_to_numpy(model(x, training=False)), np.float32)
+
+
+def _fixture_input(case, meta):
+    x = np.load(os.path.join(FAMILY, case, "input.npy")).astype(np.float32)
+    if meta["call"].get("include_preprocessing") is False:
+        mean, std = np.asarray(meta["preprocess"]["mean"]), np.asarray(meta["preprocess"]["std"])
+        x = ((x / 255.0 - mean) / std).astype(np.float32)
+    return x
+
+
+def test_every_fixture_case_is_here():
+    assert len(CASES) == 8
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_family_fixture_through_from_pretrained_and_keras_round_trip(case, tmp_path):
+    with open(os.path.join(FAMILY, case, "meta.json")) as f:
+        meta = json.load(f)
+    model = vit_keras.from_pretrained(os.path.join(FAMILY, case, meta["checkpoint"]), **meta["call"])
+    x = _fixture_input(case, meta)
+    expected = np.load(os.path.join(FAMILY, case, "expected.npy"))
+    out = _run(model, x)
+    _check(out, expected)
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    reloaded = keras.models.load_model(path, safe_mode=True)
+    np.testing.assert_array_equal(_run(reloaded, x), out)
+    assert vit_keras.weights.model_config(reloaded) == vit_keras.weights.model_config(model)
+
+
+# ---- timm: a save_for_hf directory of a randomised model; the reference runs at another size with
+# dynamic_img_size=True, which resamples the position embeddings (antialiased bicubic) as from_pretrained does.
+TINY_TIMM = dict(patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=5)
+TIMM_FAMILIES = {
+    "dinov2_reg4": ("vit_small_patch14_reg4_dinov2", dict(patch_size=14), 28, 42),
+    "dinov2": ("vit_small_patch14_dinov2", dict(patch_size=14), 28, 56),
+    "clip_quickgelu": ("vit_base_patch16_clip_quickgelu_224", {}, 32, 48),
+    "siglip_map": ("vit_base_patch16_siglip_224", {}, 32, 40),
+    "deit_distilled": ("deit_small_distilled_patch16_224", {}, 32, 48),
+    "avg_fc_norm": ("vit_base_patch16_224", dict(global_pool="avg"), 32, 24),
+}
+
+
+def _timm_dir(tmp_path, name, model_args, size, seed):
+    args = {**TINY_TIMM, **model_args, "img_size": size}
+    reference = randomise_parameters(timm.create_model(name, pretrained=False, **args), seed=seed)
+    directory = tmp_path / "timm"
+    timm.models.save_for_hf(reference, str(directory), model_args=args, safe_serialization=True)
+    return reference, str(directory), args
+
+
+@pytest.mark.parametrize("family", sorted(TIMM_FAMILIES))
+def test_timm_family_parity_at_a_second_size(family, tmp_path):
+    name, extra, size, new_size = TIMM_FAMILIES[family]
+    reference, directory, args = _timm_dir(tmp_path, name, extra, size, seed=len(family))
+    dynamic = timm.create_model(name, pretrained=False, **{**args, "dynamic_img_size": True}).eval()
+    dynamic.load_state_dict(reference.state_dict())
+    rng = np.random.default_rng(3)
+    for image, torch_model in ((size, reference), (new_size, dynamic)):
+        x = rng.uniform(-1, 1, (2, image, image, 3)).astype(np.float32)
+        with torch.no_grad():
+            expected = torch_model(torch.from_numpy(x.transpose(0, 3, 1, 2))).numpy()
+        model = vit_keras.from_pretrained(directory, image_size=image, include_preprocessing=False,
+                                          classifier_activation=None)
+        _check(_run(model, x), expected)
+
+
+def test_timm_directory_preprocessing_is_pretrained_cfg(tmp_path):
+    """include_preprocessing=True applies pretrained_cfg's mean/std to [0, 255] input, as timm's data config does."""
+    reference, directory, _ = _timm_dir(tmp_path, "vit_base_patch16_clip_quickgelu_224", {}, 32, seed=5)
+    cfg = reference.pretrained_cfg
+    x = np.random.default_rng(4).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
+    normalised = (x / 255.0 - np.asarray(cfg["mean"])) / np.asarray(cfg["std"])
+    with torch.no_grad():
+        expected = reference(torch.from_numpy(normalised.transpose(0, 3, 1, 2).astype(np.float32))).numpy()
+    _check(_run(vit_keras.from_pretrained(directory, classifier_activation=None), x), expected)
+
+
+# ---- transformers: save_pretrained directories of randomised vision towers, compared at a second size with
+# interpolate_pos_encoding=True (bicubic without antialias, what from_pretrained uses for these sources).
+def _hf_model(kind, size, seed):
+    common = dict(hidden_size=48, num_hidden_layers=2, num_attention_heads=3, image_size=size, patch_size=8)
+    if kind == "dinov2":
+        model = transformers.Dinov2Model(transformers.Dinov2Config(**{**common, "patch_size": 14}, mlp_ratio=2))
+    elif kind == "clip":
+        model = transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**common, intermediate_size=96))
+    elif kind == "siglip":
+        model = transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**common, intermediate_size=96))
+    else:
+        model = transformers.ViTModel(transformers.ViTConfig(**common, intermediate_size=96))
+    return randomise_parameters(model, seed=seed)
+
+
+HF_FAMILIES = {"dinov2": (28, 42, "token"), "clip": (32, 48, "token"), "siglip": (32, 40, "map"),
+               "vit": (32, 48, "token")}
+
+
+@pytest.mark.parametrize("kind", sorted(HF_FAMILIES))
+def test_transformers_family_parity_at_a_second_size(kind, tmp_path):
+    size, new_size, pooling = HF_FAMILIES[kind]
+    reference = _hf_model(kind, size, seed=len(kind))
+    reference.save_pretrained(str(tmp_path / "hf"), safe_serialization=True)
+    rng = np.random.default_rng(5)
+    for image in (size, new_size):
+        x = rng.uniform(-1, 1, (2, image, image, 3)).astype(np.float32)
+        with torch.no_grad():
+            out = reference(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)),
+                            interpolate_pos_encoding=image != size)
+        expected = out.pooler_output.numpy()
+        model = vit_keras.from_pretrained(str(tmp_path / "hf"), image_size=image, include_top=False,
+                                          pooling=pooling, include_preprocessing=False)
+        if kind == "vit":  # ViTModel's pooler is tanh(dense(class token)): the model's pre_logits
+            assert model.get_layer("pre_logits") is not None
+        _check(_run(model, x), expected)
+
+
+def test_bicubic_antialias_resampling_equals_torch():
+    from vit_keras.weights.resample import resample_grid
+
+    rng = np.random.default_rng(0)
+    for old, new in (((4, 4), (6, 6)), ((6, 6), (4, 4)), ((5, 7), (9, 3))):
+        grid = rng.normal(size=(*old, 5)).astype(np.float32)
+        for antialias in (False, True):
+            expected = torch.nn.functional.interpolate(
+                torch.from_numpy(grid).permute(2, 0, 1)[None], size=new, mode="bicubic", antialias=antialias,
+                align_corners=False)[0].permute(1, 2, 0).numpy()
+            np.testing.assert_allclose(resample_grid(grid, new, "bicubic", antialias=antialias), expected, atol=1e-5)
