@@ -160,3 +160,97 @@ def test_bicubic_antialias_resampling_equals_torch():
                 torch.from_numpy(grid).permute(2, 0, 1)[None], size=new, mode="bicubic", antialias=antialias,
                 align_corners=False)[0].permute(1, 2, 0).numpy()
             np.testing.assert_allclose(resample_grid(grid, new, "bicubic", antialias=antialias), expected, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_family_model_exports_to_saved_model_and_tflite(tmp_path):
+    """A DINOv2-with-registers model (LayerScale, registers, no_embed_class, patch 14, timm normalisation) through
+    the same export helpers as the paper's models: SavedModel and float32 TFLite give the Keras probabilities."""
+    import tensorflow as tf
+
+    from vit_keras import export
+
+    model = vit_keras.from_pretrained(os.path.join(FAMILY, "timm_dinov2_reg4", "checkpoint"))
+    x = np.load(os.path.join(FAMILY, "timm_dinov2_reg4", "input.npy")).astype(np.float32)
+    expected = _run(model, x)
+    serving = export.saved_model(model, str(tmp_path / "serving"), version=1, top_k=3)
+    signature = tf.saved_model.load(serving).signatures["serving_default"]
+    np.testing.assert_allclose(signature(images=tf.constant(x))["probabilities"].numpy(), expected, atol=1e-5)
+    path = export.tflite(model, str(tmp_path / "dinov2.tflite"))
+    got = np.concatenate([export.tflite_predict(path, x[i : i + 1])["probabilities"] for i in range(len(x))])
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+# ---- the config, the builder's options and clear errors for malformed checkpoint configs
+
+
+def test_config_validates_once_and_round_trips():
+    from vit_keras.configs import VARIANTS, ViTConfig
+
+    config = ViTConfig(patch_size=14, hidden_size=48, num_heads=3, num_layers=2, mlp_dim=96, image_size=28,
+                       layer_scale=True, num_register_tokens=4, no_embed_class=True, activation="quick_gelu")
+    assert ViTConfig.from_dict(config.to_dict()) == config
+    assert config.num_prefix_tokens == 5 and config.num_embedded_prefix_tokens == 0
+    assert VARIANTS["B/16"].replace(image_size=384).grid_size == (24, 24)
+    for bad, match in ((dict(activation="relu"), "activation"), (dict(num_heads=5), "not divisible by"),
+                       (dict(global_pool="token", class_token=False), "needs a class token"),
+                       (dict(image_size=30), "not divisible by patch_size"),
+                       (dict(layer_norm_epsilon=0), "layer_norm_epsilon"), (dict(pre_norm=1), "pre_norm")):
+        with pytest.raises(ValueError, match=match):
+            ViTConfig(**{**dict(patch_size=8, hidden_size=48, num_heads=3, image_size=32), **bad})
+    with pytest.raises(ValueError, match="Unknown ViTConfig fields"):
+        ViTConfig.from_dict({"patch": 8})
+
+
+def test_model_carries_its_config_through_keras_file(tiny_kwargs, tmp_path):
+    model = vit_keras.ViT(image_size=32, classes=3, layer_scale=True, num_register_tokens=2, no_embed_class=True,
+                          pre_norm=True, activation="quick_gelu", **tiny_kwargs)
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    reloaded = keras.models.load_model(path, safe_mode=True)
+    assert vit_keras.weights.model_config(reloaded) == vit_keras.weights.model_config(model)
+    assert vit_keras.weights.model_config(model).num_register_tokens == 2
+
+
+def test_pooling_rules_and_max_pooling(tiny_kwargs):
+    with pytest.raises(ValueError, match="include_top=False only"):
+        vit_keras.ViT(image_size=32, pooling="token", **tiny_kwargs)
+    model = vit_keras.ViT(image_size=32, include_top=False, pooling="max", include_preprocessing=False, **tiny_kwargs)
+    tokens = vit_keras.ViT(image_size=32, include_top=False, include_preprocessing=False, **tiny_kwargs)
+    tokens.set_weights(model.get_weights())
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
+    np.testing.assert_allclose(_run(model, x), _run(tokens, x)[:, 1:].max(axis=1), atol=1e-6)
+
+
+def test_input_tensor_keeps_the_users_layers(tiny_kwargs):
+    images = keras.Input((32, 32, 3))
+    adjusted = keras.layers.Conv2D(3, 1, name="user_conv")(images)
+    model = vit_keras.ViT(input_tensor=adjusted, classes=4, **tiny_kwargs)
+    assert model.inputs[0] is images
+    assert "user_conv" in [layer.name for layer in model.layers]
+
+
+@pytest.mark.parametrize(
+    "kind, edit, match",
+    [
+        ("hf", lambda text: text[:-5], "not valid JSON"),
+        ("hf", lambda text: text.replace('"patch_size": 8', '"patch_size": 0'), "'patch_size' must be positive"),
+        ("hf", lambda text: text.replace('"hidden_size": 48', '"hidden_size": "48"'), "'hidden_size' must be an"),
+        ("timm", lambda text: text.replace('"architecture"', '"arch"'), "has no 'architecture'|timm"),
+        ("timm", lambda text: text.replace('"patch_size": 8', '"patch_size": 0'), "'patch_size' must be positive"),
+        ("timm", lambda text: text.replace('"depth": 3', '"depth": [3]'), "'depth' must be an integer"),
+        ("timm", lambda text: text.replace("vit_base_patch16_clip_quickgelu_224", "vit_base_patch16_rope_224"),
+         "'rope'"),
+    ],
+)
+def test_malformed_checkpoint_configs_name_the_file_and_key(kind, edit, match, tmp_path):
+    import shutil
+
+    case = "hf_clip_vision" if kind == "hf" else "timm_clip_quickgelu"
+    directory = tmp_path / case
+    shutil.copytree(os.path.join(FAMILY, case, "checkpoint"), directory)
+    config = directory / "config.json"
+    config.write_text(edit(config.read_text()))
+    with pytest.raises(ValueError, match=match) as error:
+        vit_keras.from_pretrained(str(directory))
+    assert "config.json" in str(error.value) or "timm" in str(error.value)

@@ -19,7 +19,7 @@ import os
 import warnings
 from collections.abc import Callable
 
-from vit_keras.weights import download, google, hf, registry, timm
+from vit_keras.weights import download, google, hf, json_config, registry, timm
 from vit_keras.weights.assign import assign_params
 from vit_keras.weights.infer import infer_config_fields
 from vit_keras.weights.registry import REGISTRY, WeightsEntry
@@ -123,10 +123,22 @@ def _timm_dir_info(directory) -> CheckpointInfo:
     )
 
 
+def _directory_info(directory) -> CheckpointInfo:
+    """A config.json directory: timm's `save_for_hf` (an `architecture` key) or transformers' (`model_type`)."""
+    config_path = os.path.join(directory, hf.CONFIG_NAME)
+    config = json_config.load(config_path)
+    if "architecture" in config:
+        return _timm_dir_info(directory)
+    if "model_type" in config:
+        return _hf_info(directory)
+    raise ValueError(f"{config_path!r} has neither 'architecture' (a timm save_for_hf config) nor 'model_type' (a "
+                     "transformers save_pretrained config); re-save the checkpoint with its library.")
+
+
 def _safetensors_info(path) -> CheckpointInfo:
     sibling = os.path.dirname(os.path.abspath(path))
     if os.path.basename(path) == hf.WEIGHTS_NAME and hf.is_hf_dir(sibling):
-        return _timm_dir_info(sibling) if timm.is_timm_dir(sibling) else _hf_info(sibling)
+        return _directory_info(sibling)
     tensors = read_safetensors(path)
     if not timm.looks_like_timm(tensors):
         raise ValueError(
@@ -182,7 +194,7 @@ def _local_info(path) -> CheckpointInfo:
         raise ValueError(f"{path!r} is a whole saved model: open it with keras.saving.load_model({path!r}).")
     if os.path.isdir(path):
         if hf.is_hf_dir(path):
-            return _timm_dir_info(path) if timm.is_timm_dir(path) else _hf_info(path)
+            return _directory_info(path)
         raise ValueError(f"{path!r} is a directory without config.json; pass a Hugging Face save_pretrained "
                          "directory or a checkpoint file.")
     if not os.path.isfile(path):
