@@ -254,3 +254,15 @@ def test_malformed_checkpoint_configs_name_the_file_and_key(kind, edit, match, t
     with pytest.raises(ValueError, match=match) as error:
         vit_keras.from_pretrained(str(directory))
     assert "config.json" in str(error.value) or "timm" in str(error.value)
+
+
+def test_convert_takes_family_sources(tmp_path, capsys):
+    from vit_keras.cli import main as cli_main
+
+    case = os.path.join(FAMILY, "timm_deit_distilled")
+    out = str(tmp_path / "deit.keras")
+    assert cli_main(["convert", os.path.join(case, "checkpoint"), out]) == 0
+    assert "from_pretrained" in capsys.readouterr().out
+    model = keras.models.load_model(out, safe_mode=True)
+    x = np.load(os.path.join(case, "input.npy")).astype(np.float32)
+    _check(_run(model, x), np.load(os.path.join(case, "expected.npy")))
