@@ -236,6 +236,7 @@ def test_input_tensor_keeps_the_users_layers(tiny_kwargs):
         ("hf", lambda text: text[:-5], "not valid JSON"),
         ("hf", lambda text: text.replace('"patch_size": 8', '"patch_size": 0'), "'patch_size' must be positive"),
         ("hf", lambda text: text.replace('"hidden_size": 48', '"hidden_size": "48"'), "'hidden_size' must be an"),
+        ("hf", lambda text: text.replace('"num_hidden_layers"', '"layers"'), "has no 'num_hidden_layers'"),
         ("timm", lambda text: text.replace('"architecture"', '"arch"'), "has no 'architecture'|timm"),
         ("timm", lambda text: text.replace('"patch_size": 8', '"patch_size": 0'), "'patch_size' must be positive"),
         ("timm", lambda text: text.replace('"depth": 3', '"depth": [3]'), "'depth' must be an integer"),

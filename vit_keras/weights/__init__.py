@@ -88,8 +88,9 @@ def _google_info(path) -> CheckpointInfo:
 
 def _hf_info(directory) -> CheckpointInfo:
     config = hf.read_config(directory)
+    weights_path = hf.weights_file(directory)
     fields = hf.architecture(config, directory)
-    params = hf.canonicalize(read_safetensors(hf.weights_file(directory)), config)
+    params = hf.canonicalize(read_safetensors(weights_path), config)
     if "pre_logits/bias" in params:
         fields["representation_size"] = _shape_or_none(params, "pre_logits/bias")
     size, patch = fields["image_size"], fields["patch_size"]

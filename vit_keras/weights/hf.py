@@ -77,13 +77,15 @@ def architecture(config: dict, path: str) -> dict:
     """
     file = os.path.join(path, CONFIG_NAME)
     model_type = config.get("model_type", "vit")
-    hidden = json_config.require(config, "hidden_size", int, file, default=768, positive=True)
+    # save_pretrained always writes the sizes; a config without them is refused by name rather than given
+    # transformers' class defaults, which would only surface later as shape mismatches.
+    hidden = json_config.require(config, "hidden_size", int, file, positive=True)
     fields = {
         "hidden_size": hidden,
-        "num_layers": json_config.require(config, "num_hidden_layers", int, file, default=12, positive=True),
-        "num_heads": json_config.require(config, "num_attention_heads", int, file, default=12, positive=True),
-        "patch_size": json_config.require(config, "patch_size", int, file, default=16, positive=True),
-        "image_size": json_config.size_pair(config, "image_size", file, default=224),
+        "num_layers": json_config.require(config, "num_hidden_layers", int, file, positive=True),
+        "num_heads": json_config.require(config, "num_attention_heads", int, file, positive=True),
+        "patch_size": json_config.require(config, "patch_size", int, file, positive=True),
+        "image_size": json_config.size_pair(config, "image_size", file),
         "activation": _HIDDEN_ACTS[config.get("hidden_act", "gelu")],
         "layer_norm_epsilon": float(json_config.require(config, "layer_norm_eps", float, file, positive=True,
                                                         default=1e-12 if model_type == "vit" else 1e-6)),
