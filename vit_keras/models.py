@@ -298,7 +298,8 @@ def ViT(
         dropout_rate, attention_dropout_rate: dropout after the position embeddings, attention and
             MLP; dropout on the attention weights.
         include_top: whether to add the classification head.
-        include_preprocessing: True: the model takes RGB in [0, 255]; False: in [-1, 1].
+        include_preprocessing: True: the model takes RGB in [0, 255] (normalised to [-1, 1], or with the mean/std
+            a timm checkpoint directory's `pretrained_cfg` gives); False: it takes the normalised images.
         weights: None; a registered name such as "imagenet21k", "imagenet21k+imagenet2012" or "imagenet" (see
             `vit_keras.list_weights()`, for the variant this model matches); a Google `.npz`, timm
             `.safetensors`, Hugging Face directory or `.weights.h5` path; or an http(s)/file URL. Position
@@ -383,6 +384,7 @@ def ViT(
     model = build_vit(
         config, include_top=include_top, pooling=pooling, classes=classes,
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
+        normalization=None if info is None else check_normalization(info.normalization),
         input_tensor=input_tensor, channels=channels, name=name,
     )
     if info is not None:

@@ -14,8 +14,6 @@ from vit_keras.models import _as_hw, build_vit, check_normalization
 from vit_keras.weights import registry
 from vit_keras.weights.resample import check_interpolation
 
-_UNSET = object()
-
 
 def _registered_config(source: str):
     """The variant of a registered `"B/16:imagenet21k"`-style name, else None."""
@@ -80,9 +78,7 @@ def from_pretrained(
         fields["image_size"] = (224, 224)
     if image_size is not None:
         fields["image_size"] = _as_hw(image_size, "image_size")
-    if not include_top or classes is None or classes == info.classes:
-        pass
-    elif fields.get("representation_size"):
+    if include_top and classes is not None and classes != info.classes:
         fields["representation_size"] = None  # fine-tuning drops pre_logits, as vit_jax load_pretrained does
     config = ViTConfig.from_dict(fields)
     if include_top and classes is None:
