@@ -271,6 +271,7 @@ def test_vit_b32_builds_the_real_variant():
     assert len(blocks) == 12 and model.get_layer("patches").patch_size == 32
 
 
+@pytest.mark.slow
 def test_saving_round_trips(tmp_path, images):
     base = quiet(vit.build_model, image_size=32, classes=10, include_top=False, **TINY_BUILD)
     inputs = keras.Input((32, 32, 3))
