@@ -75,10 +75,12 @@ def _resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     import tensorflow as tf
 
     if tuple(image.shape[:2]) == size:
-        return np.ascontiguousarray(image, dtype=np.uint8)
-    # Bilinear with half-pixel centres and no antialiasing: what 0.2.0's cv2.resize did, and vit_jax's eval resize.
-    resized = tf.image.resize(tf.convert_to_tensor(image, tf.float32), size, method="bilinear", antialias=False)
-    return np.clip(np.round(resized.numpy()), 0, 255).astype(np.uint8)
+        resized = np.asarray(image, np.float64)
+    else:
+        # Bilinear with half-pixel centres, no antialiasing: what 0.2.0's cv2.resize did, and vit_jax's eval resize.
+        resized = tf.image.resize(tf.convert_to_tensor(image, tf.float32), size, method="bilinear",
+                                  antialias=False).numpy()
+    return np.ascontiguousarray(np.clip(np.round(resized), 0, 255), dtype=np.uint8)
 
 
 def _is_url(value: str) -> bool:
