@@ -38,7 +38,7 @@ class ConfigDict(typing.TypedDict):
     hidden_size: int
 
 
-# 0.2.0 trained with dropout 0.1 in every Transformer block (it only acts in training).
+# 0.2.0 built every model with dropout 0.1 in its Transformer blocks (it acts only in training).
 DROPOUT = 0.1
 
 
