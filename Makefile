@@ -46,3 +46,18 @@ clean:
 # Size, CPU latency and agreement of every deployment format for the demo's trained model (run `make demo` first).
 benchmark-export: $(STAMP)
 	$(BIN)/python scripts/benchmark_export.py --keras-model demo_output/vit_digits.keras
+
+.PHONY: compat-check
+# vit-keras 0.2.0's own test suite, unmodified, against this package's compatibility modules (vit_keras.vit, .utils,
+# .visualize). Only its tests/ directory is copied out of the sdist, so its own `vit_keras` cannot shadow this one.
+# tests/test_urls.py checks that 0.2.0's download URLs answer: it needs the internet, so it runs only with
+# COMPAT_NETWORK=1.
+COMPAT_NETWORK ?= 0
+compat-check: $(STAMP)
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(BIN)/python -m pip download --quiet --no-deps --no-binary :all: vit-keras==0.2.0 -d "$$tmp/sdist"; \
+	tar -xzf "$$tmp"/sdist/vit_keras-0.2.0.tar.gz -C "$$tmp"; \
+	mkdir "$$tmp/run"; cp -r "$$tmp/vit_keras-0.2.0/tests" "$$tmp/run/tests"; \
+	select=$$([ "$(COMPAT_NETWORK)" = 1 ] || echo "--deselect tests/test_urls.py::test_urls"); \
+	cd "$$tmp/run" && PYTHONPATH="$(CURDIR)" "$(abspath $(BIN))/python" -m pytest -v -rA -p no:cacheprovider \
+		--rootdir . $$select tests

@@ -31,6 +31,17 @@ from vit_keras.weights import list_weights, load_weights
 
 __version__ = "0.1.0"
 
+# vit-keras 0.2.0's modules (`from vit_keras import vit, utils, visualize`), imported on first use.
+_MIGRATION_MODULES = ("vit", "utils", "visualize")
+
+
+def __getattr__(name):
+    if name in _MIGRATION_MODULES:
+        import importlib
+
+        return importlib.import_module(f"vit_keras.{name}")
+    raise AttributeError(f"module 'vit_keras' has no attribute {name!r}")
+
 __all__ = [
     "ViT",
     "ViTB8",

@@ -14,6 +14,7 @@ from vit_keras.configs import DEFAULT_IMAGE_SIZE, VARIANTS, ViTConfig
 from vit_keras.layers import MAPHead, PatchEncoder, Patches, ResNetStem, TokenPooling, TransformerBlock
 from vit_keras.layers.encoder import CLASSIFIERS
 from vit_keras.layers.pooling import POOLINGS
+from vit_keras.preprocessing import preprocess_input  # noqa: F401 (re-exported: vit_keras.models.preprocess_input)
 
 DEFAULT_LAYER_NORM_EPSILON = 1e-6
 INPUT_NAME = "images"
@@ -467,23 +468,6 @@ ViTR26S32 = _CONSTRUCTORS["R26+S/32"]
 ViTR50B16 = _CONSTRUCTORS["R50+B/16"]
 ViTR26B32 = _CONSTRUCTORS["R26+B/32"]
 ViTR50L32 = _CONSTRUCTORS["R50+L/32"]
-
-
-def preprocess_input(images, include_preprocessing=True):
-    """Prepare RGB images for a vit_keras model.
-
-    Models built with `include_preprocessing=True` (the default) rescale inside the graph, so this
-    returns the images unchanged, as float32. For a model built with `include_preprocessing=False`,
-    pass `include_preprocessing=False` to map [0, 255] to the [-1, 1] range the checkpoints expect.
-
-    Example:
-        >>> preprocess_input(np.array([[0.0, 255.0]]), include_preprocessing=False)
-        array([[-1.,  1.]], dtype=float32)
-    """
-    images = np.asarray(keras.ops.convert_to_numpy(images), dtype=np.float32)
-    if include_preprocessing:
-        return images
-    return images / np.float32(127.5) - np.float32(1.0)
 
 
 @functools.cache
