@@ -527,6 +527,8 @@ def summarize(results) -> list:
 
 def summary_table(summary, peaks) -> str:
     """Markdown: each library at its best, as ratios, with vit_keras' share of the matmul peak."""
+    if not summary:
+        return "(no vit_keras measurement to compare the peers with)"
     peers = sorted({library for row in summary for library in row["peers"]},
                    key=lambda name: LIBRARIES.index(name) if name in LIBRARIES else len(LIBRARIES))
     lines = ["| task | batch | precision | vit_keras | " + " | ".join(peers) + " | % of matmul peak |",
