@@ -31,6 +31,8 @@ test: lint
 PEERS := $(VENV)/.peers
 $(PEERS): $(STAMP)
 	$(BIN)/python -m pip install --quiet --no-deps keras-hub==0.32.0
+	# ONNX Runtime on timm's ONNX export (the `benchmark` extra: onnxruntime and onnx, pinned there).
+	$(BIN)/python -m pip install --quiet -e ".[cpu,test,benchmark]"
 	$(BIN)/python -m pip install --quiet --no-deps --target .venv-vitkeras020 vit-keras==0.2.0 validators==0.35.0 \
 		opencv-python-headless==5.0.0.93
 	touch $(PEERS)

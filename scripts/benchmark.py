@@ -1,9 +1,11 @@
-"""Speed and memory of vit_keras beside its peers, measured in one run and reported as ratios.
+"""Speed and memory of vit_keras beside its peers, each at its best setting, measured in one run as ratios.
 
-Every case (library x task x batch x precision x XLA) runs in a fresh process, so each has its own peak RSS
-and no precision policy, XLA cache or thread pool leaks from one case into the next. All models are ViT-B/16
-at 224 px with random weights (weights do not change the speed) and produce the same thing: the 197 x 768
-token sequence after the final LayerNorm for inference, 1000-class logits for training.
+Every case (library x task x batch x precision x XLA / torch.compile) runs in a fresh process, so each has its
+own peak RSS and no precision policy, XLA cache or thread pool leaks from one case into the next. All models are
+ViT-B/16 at 224 px with random weights (weights do not change the speed) and produce the same thing: the
+197 x 768 token sequence after the final LayerNorm for inference, 1000-class logits for training. The same run
+measures the machine's matmul peak (`tf.matmul`, n=2048, float32 and bfloat16, with and without XLA) and
+reports vit_keras' fraction of it; the CPU model and its matmul-relevant flags head the report and the JSON.
 
     python scripts/benchmark.py                            # inference: batch 1 and 16, fp32 and bf16
     python scripts/benchmark.py --suite training           # fine-tune step: fp32 and bf16, XLA on and off
@@ -11,11 +13,14 @@ token sequence after the final LayerNorm for inference, 1000-class logits for tr
     python scripts/benchmark.py --quick                    # a tiny model: checks the script in seconds
     python scripts/benchmark.py --json results.json        # also write every measurement
 
-Peers: keras-hub's `ViTBackbone` (`pip install --no-deps keras-hub==0.32.0`), timm's `VisionTransformer`
-(eager PyTorch on CPU, `torch.compile` on GPU) and the earlier Keras port vit-keras 0.2.0, which imports as
-`vit_keras` too and so runs from its own directory (`--vit-keras-0.2.0-path`, installed with
-`pip install --target DIR --no-deps vit-keras==0.2.0 validators opencv-python-headless`). A peer that is
-not installed is reported as skipped. `make benchmark` installs them and runs the inference and training suites.
+Peers, each measured at every setting it has and reported at the best: keras-hub's `ViTBackbone`
+(`pip install --no-deps keras-hub==0.32.0`; XLA on/off like vit_keras), timm's `VisionTransformer` (eager and
+under `torch.compile`, which needs a C++ compiler on CPU), ONNX Runtime on timm's ONNX export (float32
+inference; `pip install onnxruntime==1.31.1 onnx==1.23.2`, the `benchmark` extra) and the earlier Keras port
+vit-keras 0.2.0, which imports as `vit_keras` too and so runs from its own directory (`--vit-keras-0.2.0-path`,
+installed with `pip install --target DIR --no-deps vit-keras==0.2.0 validators opencv-python-headless`). A peer
+that is not installed is reported as skipped. `make benchmark` installs them and runs the inference and training
+suites.
 """
 
 from __future__ import annotations
@@ -36,9 +41,34 @@ ARCHITECTURES = {
     # --quick: small enough to run every case in seconds; it checks the script, not the libraries.
     "tiny": dict(image_size=64, patch_size=16, hidden_size=64, num_layers=2, num_heads=2, mlp_dim=128),
 }
-LIBRARIES = ("vit_keras", "keras-hub", "vit-keras-0.2.0", "timm")
+LIBRARIES = ("vit_keras", "keras-hub", "vit-keras-0.2.0", "timm", "onnxruntime")
+KERAS_LIBRARIES = ("vit_keras", "keras-hub", "vit-keras-0.2.0")
 PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 CLASSES = 1000
+MATMUL = "tf.matmul"
+PEAK_PRECISIONS = ("float32", "bfloat16")  # the matmul peak is measured for these
+
+
+def forward_gflop(arch) -> float:
+    """GFLOP of one image's forward pass (multiply-adds x 2): patch embedding, then per layer the QKV, attention
+    logits and mix, output projection and MLP; the head is left out. ViT-B/16 at 224: 35.1.
+
+    Example:
+        >>> round(forward_gflop(ARCHITECTURES["B/16"]), 1)
+        35.1
+    """
+    width, mlp, patch = arch["hidden_size"], arch["mlp_dim"], arch["patch_size"]
+    patches = (arch["image_size"] // patch) ** 2
+    tokens = patches + 1
+    embedding = 2 * patches * (patch * patch * 3) * width
+    layer = 2 * tokens * width * 3 * width + 2 * 2 * tokens * tokens * width + 2 * tokens * width * width \
+        + 2 * 2 * tokens * width * mlp
+    return (embedding + arch["num_layers"] * layer) / 1e9
+
+
+def image_gflop(arch, task) -> float:
+    """GFLOP per image of `task`: the forward pass, or forward + backward (3x) for a training step."""
+    return forward_gflop(arch) * (3 if task == "training" else 1)
 
 
 # --- the worker: one case in this process --------------------------------------------------------------------
@@ -136,7 +166,7 @@ def _run_keras(case, min_seconds, min_calls):
     return result
 
 
-def _run_timm(case, min_seconds, min_calls):
+def _import_timm():
     try:
         sys.path.insert(0, REPO)
         from tests.torch_compat import make_torchvision_importable
@@ -146,16 +176,30 @@ def _run_timm(case, min_seconds, min_calls):
         import torch
     except ImportError as error:
         raise Skipped("timm and torch are not installed (make test installs them)") from error
+    return timm, torch
+
+
+def _timm_model(case, device):
+    timm, _ = _import_timm()
     arch = ARCHITECTURES[case["architecture"]]
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     train = case["task"] == "training"
-    model = timm.models.vision_transformer.VisionTransformer(
+    return timm.models.vision_transformer.VisionTransformer(
         img_size=arch["image_size"], patch_size=arch["patch_size"], embed_dim=arch["hidden_size"],
         depth=arch["num_layers"], num_heads=arch["num_heads"], mlp_ratio=arch["mlp_dim"] / arch["hidden_size"],
         num_classes=CLASSES if train else 0, global_pool="token").to(device)
-    compiled = case["torch_compile"] == "on" or (case["torch_compile"] == "auto" and device == "cuda")
-    if compiled:
-        model = torch.compile(model)  # PyTorch's counterpart of XLA; on CPU it needs a C++ toolchain
+
+
+def _run_timm(case, min_seconds, min_calls):
+    _, torch = _import_timm()
+    arch = ARCHITECTURES[case["architecture"]]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    train = case["task"] == "training"
+    model = _timm_model(case, device)
+    compiled = case["torch_compile"]
+    # PyTorch's counterpart of XLA; on CPU it needs a C++ toolchain. Compile the function that is timed:
+    # `torch.compile(model).forward_features` would run the uncompiled method.
+    forward = torch.compile(model) if compiled else model
+    features = torch.compile(model.forward_features) if compiled else model.forward_features
     batch, size = case["batch"], arch["image_size"]
     images = torch.rand(batch, 3, size, size, device=device) * 2 - 1
     low_precision = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(case["precision"])
@@ -172,7 +216,7 @@ def _run_timm(case, min_seconds, min_calls):
 
         def step():
             with torch.inference_mode(), autocast():
-                model.forward_features(images)
+                features(images)
             sync()
     else:
         labels = torch.randint(0, CLASSES, (batch,), device=device)
@@ -182,7 +226,7 @@ def _run_timm(case, min_seconds, min_calls):
         def step():
             optimizer.zero_grad(set_to_none=True)
             with autocast():
-                loss = torch.nn.functional.cross_entropy(model(images), labels)
+                loss = torch.nn.functional.cross_entropy(forward(images), labels)
             scaler.scale(loss).backward()
             scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -195,6 +239,68 @@ def _run_timm(case, min_seconds, min_calls):
     result["parameters"] = sum(p.numel() for p in model.parameters())
     if device == "cuda":
         result["peak_device_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return result
+
+
+def _run_onnxruntime(case, min_seconds, min_calls):
+    """timm's model exported with `torch.onnx.export` and run by an ONNX Runtime `InferenceSession` (float32)."""
+    import tempfile
+
+    if case["task"] != "inference" or case["precision"] != "float32":
+        raise Skipped("ONNX Runtime is measured for float32 inference only")
+    try:
+        import onnxruntime
+    except ImportError as error:
+        raise Skipped("onnxruntime is not installed (pip install onnxruntime==1.31.1 onnx==1.23.2)") from error
+    _, torch = _import_timm()
+    arch = ARCHITECTURES[case["architecture"]]
+    model = _timm_model(case, "cpu").eval()
+
+    class Features(torch.nn.Module):  # the exported graph returns the token sequence, like every other case
+        def __init__(self, vit):
+            super().__init__()
+            self.vit = vit
+
+        def forward(self, images):
+            return self.vit.forward_features(images)
+
+    batch, size = case["batch"], arch["image_size"]
+    images = torch.rand(batch, 3, size, size) * 2 - 1
+    providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
+                 if p in onnxruntime.get_available_providers()]
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "vit.onnx")
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer warnings
+            # The TorchScript-based exporter, at this case's fixed batch: it needs no onnxscript.
+            torch.onnx.export(Features(model), (images,), path, dynamo=False, input_names=["images"],
+                              output_names=["tokens"])
+        session = onnxruntime.InferenceSession(path, providers=providers)
+    feed = {"images": images.numpy()}
+    tokens = session.run(None, feed)[0]
+    with torch.inference_mode():
+        expected = model.forward_features(images).numpy()
+    result = _time_calls(lambda: session.run(None, feed), batch, min_seconds, min_calls)
+    result["max_abs_diff_vs_torch"] = float(abs(tokens - expected).max())  # the same network, exported intact
+    result["parameters"] = sum(p.numel() for p in model.parameters())
+    result["providers"] = session.get_providers()
+    return result
+
+
+def _run_matmul(case, min_seconds, min_calls):
+    """GFLOP/s of one n x n `tf.matmul` in the case's precision (bfloat16 operands: oneDNN's or XLA's GEMM)."""
+    import numpy as np
+    import tensorflow as tf
+
+    n = case["batch"]
+    dtype = {"float32": tf.float32, "bfloat16": tf.bfloat16}[case["precision"]]
+    rng = np.random.default_rng(0)
+    a, b = (tf.cast(tf.constant(rng.normal(size=(n, n)).astype("float32")), dtype) for _ in range(2))
+    multiply = tf.function(lambda x, y: tf.matmul(x, y), jit_compile=case["xla"])
+    result = _time_calls(lambda: multiply(a, b).numpy(), 1, min_seconds, min_calls)
+    result["gflop_per_s"] = 2 * n**3 / 1e9 * result.pop("images_per_s")
     return result
 
 
@@ -248,8 +354,12 @@ def worker(case: dict, min_seconds: float, min_calls: int) -> dict:
     try:
         if case["task"] == "attention":
             result = _run_attention(case, min_seconds, min_calls)
+        elif case["task"] == "matmul":
+            result = _run_matmul(case, min_seconds, min_calls)
         elif case["library"] == "timm":
             result = _run_timm(case, min_seconds, min_calls)
+        elif case["library"] == "onnxruntime":
+            result = _run_onnxruntime(case, min_seconds, min_calls)
         else:
             result = _run_keras(case, min_seconds, min_calls)
     except Skipped as reason:
@@ -271,11 +381,23 @@ def _cases(args):
     for b in args.batch_sizes:
         for p in args.precisions:
             for lib in args.libraries:
-                # XLA is a TensorFlow setting: timm runs once per batch and precision, compiled or eager.
-                for x in ([True] if lib == "timm" else args.xla):
-                    cases.append(dict(task=args.suite, library=lib, batch=b, precision=p, xla=x,
-                                      architecture=args.architecture, torch_compile=args.torch_compile))
+                if lib == "timm":  # timm's setting is torch.compile (eager and compiled by default)
+                    cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=None, torch_compile=c,
+                                   architecture=args.architecture) for c in args.torch_compile]
+                elif lib == "onnxruntime":  # float32 inference only, its own graph optimiser
+                    if p == "float32" and args.suite == "inference":
+                        cases.append(dict(task=args.suite, library=lib, batch=b, precision=p, xla=None,
+                                          architecture=args.architecture))
+                else:
+                    cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=x,
+                                   architecture=args.architecture) for x in args.xla]
     return cases
+
+
+def _peak_cases(args):
+    """The matmul peak, in every precision the run measures that has one, with and without XLA."""
+    return [dict(task="matmul", library=MATMUL, batch=args.matmul_size, precision=p, xla=x, architecture="")
+            for p in PEAK_PRECISIONS if p in args.precisions for x in (True, False)]
 
 
 def _run_case(case, args):
@@ -299,33 +421,152 @@ def _run_case(case, args):
     return json.loads(lines[-1])
 
 
-def _key(result, xla=None):
-    return result["task"], result["batch"], result["precision"], result["xla"] if xla is None else xla
+def _setting(r) -> str:
+    if r["library"] == "timm":
+        return "torch.compile" if r.get("torch_compile") else "eager"
+    if r["library"] == "onnxruntime":
+        return "ONNX Runtime"
+    return "XLA" if r["xla"] else "no XLA"
+
+
+def _group(r):
+    return r["task"], r["batch"], r["precision"]
+
+
+def best_by_library(results) -> dict:
+    """{(task, batch, precision): {library: the fastest measured row}} over each library's settings.
+
+    Example:
+        >>> rows = [dict(task="inference", batch=1, precision="float32", library="timm", images_per_s=v)
+        ...         for v in (2.0, 3.0)]
+        >>> best_by_library(rows)[("inference", 1, "float32")]["timm"]["images_per_s"]
+        3.0
+    """
+    best = {}
+    for r in results:
+        if "images_per_s" not in r:
+            continue
+        libraries = best.setdefault(_group(r), {})
+        if r["library"] not in libraries or r["images_per_s"] > libraries[r["library"]]["images_per_s"]:
+            libraries[r["library"]] = r
+    return best
+
+
+def matmul_peaks(results) -> dict:
+    """{precision: the fastest matmul row} (GFLOP/s over the XLA settings)."""
+    peaks = {}
+    for r in results:
+        if r["task"] == "matmul" and "gflop_per_s" in r:
+            if r["precision"] not in peaks or r["gflop_per_s"] > peaks[r["precision"]]["gflop_per_s"]:
+                peaks[r["precision"]] = r
+    return peaks
 
 
 def table(results) -> str:
-    """Markdown: one row per case, with the ratio of vit_keras' throughput to that case's."""
-    reference = {_key(r): r for r in results if r["library"] in ("vit_keras", "keras MultiHeadAttention")
-                 and "images_per_s" in r}
-    rows = ["| task | library | batch | precision | XLA / compiled | images/s | ms/batch | first call s "
+    """Markdown: one row per case, with the ratio of vit_keras' throughput to that case's.
+
+    Keras libraries are compared at the same XLA setting; timm and ONNX Runtime, which have none, with
+    vit_keras' best.
+    """
+    reference = {(*_group(r), r["xla"]): r for r in results
+                 if r["library"] in ("vit_keras", "keras MultiHeadAttention") and "images_per_s" in r}
+    best = best_by_library(results)
+    rows = ["| task | library | batch | precision | setting | images/s | ms/batch | first call s "
             "| peak RSS MiB | vit_keras ÷ this |",
             "|---|---|---:|---|---|---:|---:|---:|---:|---:|"]
     for r in results:
-        compiled = ("torch.compile" if r.get("compiled") else "eager") if r["library"] == "timm" else \
-            ("yes" if r["xla"] else "no")
-        head = f"| {r['task']} | {r['library']} | {r['batch']} | {r['precision']} | {compiled} "
+        if r["task"] == "matmul":
+            continue
+        head = f"| {r['task']} | {r['library']} | {r['batch']} | {r['precision']} | {_setting(r)} "
         if "skipped" in r:
             rows.append(head + f"| skipped: {r['skipped'][:120]} | | | | |")
             continue
-        if r["library"] == "timm":  # timm has no XLA switch: compare it with vit_keras' faster setting
-            candidates = [reference.get(_key(r, xla=x)) for x in (False, True)]
-            ours = max((c for c in candidates if c), key=lambda c: c["images_per_s"], default=None)
+        if r["library"] in ("timm", "onnxruntime"):
+            ours = best.get(_group(r), {}).get("vit_keras")
         else:
-            ours = reference.get(_key(r))
+            ours = reference.get((*_group(r), r["xla"]))
         ratio = f"{ours['images_per_s'] / r['images_per_s']:.2f}" if ours else "—"
         rows.append(head + f"| {r['images_per_s']:.2f} | {r['ms_per_batch']:.1f} | {r['first_call_s']:.1f} "
                     f"| {r['peak_rss_mib']:.0f} | {ratio} |")
     return "\n".join(rows)
+
+
+def summarize(results) -> list:
+    """Per (task, batch, precision): vit_keras' best, each peer's best and the ratio, and vit_keras' share of
+    the matmul peak measured in the same run (images/s x GFLOP per image ÷ peak GFLOP/s).
+
+    Example:
+        >>> rows = [dict(task="inference", batch=1, precision="float32", library=lib, images_per_s=v,
+        ...              architecture="B/16", xla=True) for lib, v in (("vit_keras", 4.4), ("timm", 4.0))]
+        >>> summarize(rows)[0]["ratios"]
+        {'timm': 1.1}
+    """
+    peaks = matmul_peaks(results)
+    rows = []
+    for group, libraries in best_by_library(results).items():
+        task, batch, precision = group
+        ours = libraries.get("vit_keras")
+        if task == "matmul" or ours is None:
+            continue
+        row = {"task": task, "batch": batch, "precision": precision, "vit_keras": ours["images_per_s"],
+               "vit_keras_setting": _setting(ours), "peers": {}, "ratios": {}}
+        for library, peer in libraries.items():
+            if library != "vit_keras":
+                row["peers"][library] = {"images_per_s": peer["images_per_s"], "setting": _setting(peer)}
+                row["ratios"][library] = round(ours["images_per_s"] / peer["images_per_s"], 2)
+        peak = peaks.get(precision)
+        if peak and task in ("inference", "training"):
+            achieved = ours["images_per_s"] * image_gflop(ARCHITECTURES[ours["architecture"]], task)
+            row["gflop_per_s"] = achieved
+            row["fraction_of_matmul_peak"] = achieved / peak["gflop_per_s"]
+            row["matmul_peak"] = {"gflop_per_s": peak["gflop_per_s"], "setting": _setting(peak),
+                                  "n": peak["batch"]}
+        rows.append(row)
+    return rows
+
+
+def summary_table(summary, peaks) -> str:
+    """Markdown: each library at its best, as ratios, with vit_keras' share of the matmul peak."""
+    if not summary:
+        return "(no vit_keras measurement to compare the peers with)"
+    peers = sorted({library for row in summary for library in row["peers"]},
+                   key=lambda name: LIBRARIES.index(name) if name in LIBRARIES else len(LIBRARIES))
+    lines = ["| task | batch | precision | vit_keras | " + " | ".join(peers) + " | % of matmul peak |",
+             "|---|---:|---|---:|" + "---:|" * len(peers) + "---:|"]
+    for row in summary:
+        cells = []
+        for library in peers:
+            peer = row["peers"].get(library)
+            cells.append(f"{peer['images_per_s']:.2f} ({peer['setting']}) — {row['ratios'][library]:.2f}"
+                         if peer else "—")
+        share = f"{100 * row['fraction_of_matmul_peak']:.0f}%" if "fraction_of_matmul_peak" in row else "—"
+        lines.append(f"| {row['task']} | {row['batch']} | {row['precision']} | {row['vit_keras']:.2f} "
+                     f"({row['vit_keras_setting']}) | " + " | ".join(cells) + f" | {share} |")
+    if peaks:
+        lines.append("")
+    for precision, peak in peaks.items():
+        lines.append(f"matmul peak, {precision}: {peak['gflop_per_s']:.0f} GFLOP/s "
+                     f"(tf.matmul n={peak['batch']}, {_setting(peak)})")
+    return "\n".join(lines)
+
+
+def machine_description() -> dict:
+    """The CPU model and matmul-relevant flags (see vit_keras.hardware), core count and library versions."""
+    sys.path.insert(0, REPO)
+    from vit_keras import hardware
+
+    described = {"platform": platform.platform(), "machine": platform.machine(), "cpu_count": os.cpu_count(),
+                 "python": platform.python_version(), **hardware.summary(hardware.Machine(hardware.cpu_info()))}
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover
+        return described
+    for package in ("tensorflow-cpu", "tensorflow", "keras", "torch", "timm", "onnxruntime", "keras-hub"):
+        try:
+            described.setdefault("versions", {})[package] = version(package)
+        except PackageNotFoundError:
+            pass
+    return described
 
 
 def _yes_no(text):
@@ -340,10 +581,12 @@ def main(argv=None) -> int:
                         help=f"comma-separated, from {', '.join(LIBRARIES)} (default: all)")
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default: 1,16; training: 8)")
     parser.add_argument("--precisions", default="float32,bfloat16", help="from float32, bfloat16, float16")
-    parser.add_argument("--xla", choices=("on", "off", "both"), default=None,
-                        help="XLA for Keras, torch.compile for timm (default: inference on, training both)")
-    parser.add_argument("--torch-compile", choices=("auto", "on", "off"), default="auto",
-                        help="torch.compile the timm model (auto: on GPUs only)")
+    parser.add_argument("--xla", choices=("on", "off", "both"), default="both",
+                        help="XLA for the Keras libraries (default: both, and the faster one is their best)")
+    parser.add_argument("--torch-compile", choices=("on", "off", "both"), default="both",
+                        help="torch.compile the timm model (default: both, and the faster one is timm's best)")
+    parser.add_argument("--matmul-size", type=int, default=None,
+                        help="n of the n x n tf.matmul that measures the peak (default 2048; --quick 256; 0: skip)")
     parser.add_argument("--quick", action="store_true", help="a tiny model and short timings")
     parser.add_argument("--min-seconds", type=float, default=None, help="time each case at least this long")
     parser.add_argument("--min-calls", type=int, default=None, help="and at least this many calls")
@@ -371,22 +614,41 @@ def main(argv=None) -> int:
     args.precisions = [p.strip() for p in args.precisions.split(",")]
     if set(args.precisions) - set(PRECISIONS):
         parser.error(f"precisions must come from {', '.join(PRECISIONS)}")
-    args.xla = _yes_no(args.xla or ("both" if args.suite == "training" else "on"))
+    args.xla = _yes_no(args.xla)
+    args.torch_compile = _yes_no(args.torch_compile)
+    if args.matmul_size is None:
+        args.matmul_size = 256 if args.quick else 2048
 
-    print(f"# {args.suite}: ViT-{args.architecture}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}", flush=True)
+    machine = machine_description()
+    flags = ", ".join(machine["cpu_flags"]) or "flags unknown"
+    print(f"# {args.suite}: ViT-{args.architecture}; {machine['cpu_model'] or platform.machine()} ({flags}), "
+          f"{machine['cpu_count']} CPUs, Python {machine['python']}", flush=True)
+    cases = (_peak_cases(args) if args.matmul_size and args.suite != "attention" else []) + _cases(args)
     results = []
-    for case in _cases(args):
+    for case in cases:
         result = _run_case(case, args)
         results.append(result)
-        shown = result.get("skipped") or f"{result['images_per_s']:.2f} images/s"
-        print(f"  {case['library']:<40} batch {case['batch']:>3} {case['precision']:<8} "
-              f"xla={case['xla']!s:<5} {shown}", flush=True)
+        if "skipped" in result:
+            shown = result["skipped"]
+        elif case["task"] == "matmul":
+            shown = f"{result['gflop_per_s']:.1f} GFLOP/s"
+        else:
+            shown = f"{result['images_per_s']:.2f} images/s"
+        print(f"  {case['library']:<40} batch {case['batch']:>4} {case['precision']:<8} {_setting(case):<13} "
+              f"{shown}", flush=True)
+    summary = summarize(results)
     print()
     print(table(results))
+    print()
+    print(summary_table(summary, matmul_peaks(results)))
     if args.json:
-        with open(args.json, "w") as file:
-            json.dump(results, file, indent=2)
+        sys.path.insert(0, REPO)
+        from vit_keras.files import atomic_file
+
+        report = {"suite": args.suite, "architecture": args.architecture, "machine": machine,
+                  "matmul_peaks": matmul_peaks(results), "summary": summary, "results": results}
+        with atomic_file(args.json) as temporary, open(temporary, "w") as file:
+            json.dump(report, file, indent=2)
     return 0
 
 

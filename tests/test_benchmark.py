@@ -1,47 +1,133 @@
 """scripts/benchmark.py keeps working: every case runs in its own process and the report compares like with like.
 
 No wall-clock time is asserted: a throughput only has to be a positive number. What is asserted is that the
-peers are the same network (equal parameter counts with timm, an independent implementation) and that the table
-computes its ratios against vit_keras.
+peers are the same network (equal parameter counts with timm, an independent implementation; ONNX Runtime's
+output equal to timm's), that each peer is reported at its best setting, and that the ratios and the share of
+the matmul peak are computed from the measurements.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "benchmark.py")
 
 
+def _script():
+    spec = importlib.util.spec_from_file_location("benchmark_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _run(tmp_path, *arguments):
     path = tmp_path / "results.json"
     process = subprocess.run([sys.executable, SCRIPT, "--quick", "--json", str(path), *arguments],
-                             capture_output=True, text=True, timeout=600)
+                             capture_output=True, text=True, timeout=900)
     assert process.returncode == 0, process.stderr[-2000:]
     return json.loads(path.read_text()), process.stdout
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("suite", ["inference", "training"])
-def test_quick_benchmark_measures_vit_keras_and_timm_on_the_same_network(tmp_path, suite):
-    results, report = _run(tmp_path, "--suite", suite, "--libraries", "vit_keras,timm", "--batch-sizes", "2",
-                           "--precisions", "float32", "--xla", "on")
-    by_library = {row["library"]: row for row in results}
-    assert set(by_library) == {"vit_keras", "timm"}, results
-    for row in results:
+def test_quick_inference_benchmark_measures_every_peer_and_the_matmul_peak(tmp_path):
+    report, printed = _run(tmp_path, "--libraries", "vit_keras,timm,onnxruntime", "--batch-sizes", "2",
+                           "--precisions", "float32", "--xla", "on", "--torch-compile", "off", "--matmul-size", "128")
+    by_library = {row["library"]: row for row in report["results"]}
+    assert set(by_library) == {"vit_keras", "timm", "onnxruntime", "tf.matmul"}, report["results"]
+    for row in report["results"]:
+        assert "skipped" not in row, row
+        assert row["peak_rss_mib"] > 0
+    # Same architecture, written independently: the parameter counts must agree to the parameter, and the
+    # ONNX export must compute what timm computes (float32, same kernels' order of magnitude of rounding).
+    assert by_library["vit_keras"]["parameters"] == by_library["timm"]["parameters"] \
+        == by_library["onnxruntime"]["parameters"]
+    assert by_library["onnxruntime"]["max_abs_diff_vs_torch"] < 1e-4
+    assert by_library["tf.matmul"]["gflop_per_s"] > 0 and by_library["tf.matmul"]["batch"] == 128
+    # The machine is named, with the flags the precision rule reads.
+    from vit_keras import hardware
+
+    assert report["machine"]["cpu_flags"] == hardware.summary(hardware.Machine(hardware.cpu_info()))["cpu_flags"]
+    assert report["machine"]["cpu_model"] in printed.splitlines()[0]
+    (summary,) = report["summary"]
+    ours = by_library["vit_keras"]["images_per_s"]
+    for peer in ("timm", "onnxruntime"):
+        ratio = ours / by_library[peer]["images_per_s"]
+        assert summary["ratios"][peer] == round(ratio, 2) and f"— {ratio:.2f} |" in printed
+    script = _script()
+    peak = max(row["gflop_per_s"] for row in report["results"] if row["library"] == "tf.matmul")  # XLA on / off
+    expected_share = ours * script.forward_gflop(script.ARCHITECTURES["tiny"]) / peak
+    assert summary["fraction_of_matmul_peak"] == pytest.approx(expected_share)
+
+
+@pytest.mark.slow
+def test_quick_training_benchmark_measures_vit_keras_and_timm_on_the_same_network(tmp_path):
+    report, printed = _run(tmp_path, "--suite", "training", "--libraries", "vit_keras,timm", "--batch-sizes", "2",
+                           "--precisions", "float32", "--xla", "on", "--torch-compile", "off", "--matmul-size", "0")
+    by_library = {row["library"]: row for row in report["results"]}
+    assert set(by_library) == {"vit_keras", "timm"}, report["results"]
+    for row in report["results"]:
         assert "skipped" not in row, row
         assert row["images_per_s"] > 0 and row["peak_rss_mib"] > 0
-    # Same architecture, written independently: the parameter counts must agree to the parameter.
     assert by_library["vit_keras"]["parameters"] == by_library["timm"]["parameters"]
     ratio = by_library["vit_keras"]["images_per_s"] / by_library["timm"]["images_per_s"]
-    assert f"| {ratio:.2f} |" in report
+    assert f"| {ratio:.2f} |" in printed
+
+
+def test_b16_costs_the_papers_35_gflop_per_image():
+    script = _script()
+    assert script.forward_gflop(script.ARCHITECTURES["B/16"]) == pytest.approx(35.1, abs=0.05)
+    assert script.image_gflop(script.ARCHITECTURES["B/16"], "training") == pytest.approx(105.4, abs=0.1)
+
+
+def test_every_peer_is_measured_at_each_of_its_settings():
+    script = _script()
+    args = SimpleNamespace(suite="inference", batch_sizes=[1], precisions=["float32", "bfloat16"],
+                           libraries=list(script.LIBRARIES), xla=[False, True], torch_compile=[False, True],
+                           architecture="tiny", matmul_size=256)
+    cases = script._cases(args)
+    settings = {(c["library"], c["precision"], script._setting(c)) for c in cases}
+    for precision in ("float32", "bfloat16"):
+        for library in ("vit_keras", "keras-hub", "vit-keras-0.2.0"):
+            assert {(library, precision, "XLA"), (library, precision, "no XLA")} <= settings
+        assert {("timm", precision, "eager"), ("timm", precision, "torch.compile")} <= settings
+    assert [c["precision"] for c in cases if c["library"] == "onnxruntime"] == ["float32"]  # float32 only
+    peaks = {(c["precision"], c["xla"]) for c in script._peak_cases(args)}
+    assert peaks == {("float32", True), ("float32", False), ("bfloat16", True), ("bfloat16", False)}
+
+
+def test_the_summary_takes_each_librarys_best_setting():
+    script = _script()
+
+    def row(library, setting, images_per_s, **extra):
+        return dict(task="inference", batch=16, precision="float32", architecture="B/16", library=library,
+                    images_per_s=images_per_s, **setting, **extra)
+
+    results = [
+        dict(task="matmul", library="tf.matmul", batch=2048, precision="float32", xla=True, gflop_per_s=170.0),
+        dict(task="matmul", library="tf.matmul", batch=2048, precision="float32", xla=False, gflop_per_s=150.0),
+        row("vit_keras", {"xla": False}, 4.0), row("vit_keras", {"xla": True}, 4.4),
+        row("timm", {"xla": None, "torch_compile": False}, 3.9), row("timm", {"xla": None, "torch_compile": True}, 4.0),
+        row("onnxruntime", {"xla": None}, 4.2),
+    ]
+    (summary,) = script.summarize(results)
+    assert summary["vit_keras"] == 4.4 and summary["vit_keras_setting"] == "XLA"
+    assert summary["peers"]["timm"] == {"images_per_s": 4.0, "setting": "torch.compile"}
+    assert summary["ratios"] == {"timm": 1.1, "onnxruntime": 1.05}
+    assert summary["fraction_of_matmul_peak"] == pytest.approx(4.4 * 35.12 / 170.0, rel=1e-3)
+    printed = script.summary_table([summary], script.matmul_peaks(results))
+    assert "4.00 (torch.compile) — 1.10" in printed and "91%" in printed and "170 GFLOP/s" in printed
 
 
 def test_a_missing_peer_is_reported_as_skipped(tmp_path):
     results, report = _run(tmp_path, "--libraries", "vit-keras-0.2.0", "--batch-sizes", "1", "--precisions",
-                           "float32", "--vit-keras-0.2.0-path", str(tmp_path / "absent"))
+                           "float32", "--xla", "on", "--matmul-size", "0", "--vit-keras-0.2.0-path",
+                           str(tmp_path / "absent"))
+    results = results["results"]
     assert len(results) == 1 and "skipped" in results[0]
     assert "skipped" in report
 

@@ -11,7 +11,7 @@ import scipy.ndimage
 import tensorflow as tf
 
 import vit_keras
-from vit_keras import training
+from vit_keras import hardware, training
 from vit_keras.training import strategy as strategy_module
 
 TINY = {"patch_size": 4, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "mlp_dim": 64}
@@ -176,11 +176,17 @@ class FakeStrategy:
         self.num_replicas_in_sync = replicas
 
 
+# A CPU without bfloat16 instructions (AVX2) and one with them (AVX-512 BF16), as /proc/cpuinfo describes them.
+AVX2_CPU = hardware.Machine(hardware.parse_cpuinfo("model name : AMD EPYC\nflags : avx2 fma"))
+BF16_CPU = hardware.Machine(hardware.parse_cpuinfo("flags : avx2 avx512f avx512_bf16"))
+
+
 @pytest.mark.parametrize(
     "kind, replicas, precision, bf16_gpu, expected",
     [
-        ("CPU", 1, "auto", None, ("mixed_bfloat16", False)),  # oneDNN's bf16 kernels beat XLA's on CPUs
+        ("CPU", 1, "auto", None, ("float32", True)),  # emulated bfloat16 is slower than float32 + XLA
         ("CPU", 1, "float32", None, ("float32", True)),
+        ("CPU", 1, "mixed_bfloat16", None, ("mixed_bfloat16", True)),  # emulated: XLA is the faster of the two
         ("TPU", 8, "auto", None, ("mixed_bfloat16", True)),
         ("GPU", 1, "auto", None, ("mixed_float16", True)),
         ("GPU", 8, "auto", True, ("mixed_bfloat16", True)),  # avoids the MirroredStrategy+XLA+fp16 crash
@@ -190,9 +196,25 @@ class FakeStrategy:
     ],
 )
 def test_plan_execution(kind, replicas, precision, bf16_gpu, expected):
-    plan = training.plan_execution(FakeStrategy(replicas), precision, True, kind=kind, bfloat16_gpu=bf16_gpu)
+    plan = training.plan_execution(FakeStrategy(replicas), precision, True, kind=kind, bfloat16_gpu=bf16_gpu,
+                                   machine=AVX2_CPU, environ={})
     assert (plan.policy, plan.jit_compile) == expected
     assert plan.loss_scaling == (plan.policy == "mixed_float16")
+
+
+@pytest.mark.parametrize(
+    "replicas, precision, expected",
+    [
+        (1, "auto", ("mixed_bfloat16", False)),  # oneDNN's bf16 kernels beat XLA's where they are native
+        (1, "mixed_bfloat16", ("mixed_bfloat16", False)),
+        (1, "float32", ("float32", True)),
+        (2, "auto", ("mixed_bfloat16", False)),
+    ],
+)
+def test_plan_execution_on_a_cpu_with_bfloat16_instructions(replicas, precision, expected):
+    plan = training.plan_execution(FakeStrategy(replicas), precision, True, kind="CPU", machine=BF16_CPU,
+                                   environ={})
+    assert (plan.policy, plan.jit_compile) == expected
 
 
 def test_select_strategy_connects_a_named_tpu_with_the_resolver_mocked():
@@ -295,10 +317,11 @@ def _event_tags(log_dir):
     return tags
 
 
-def test_mock_cifar10_trains_end_to_end(tmp_path):
+def test_mock_cifar10_trains_end_to_end(tmp_path, monkeypatch):
     import tensorflow_datasets as tfds
 
-    # precision "auto": mixed bfloat16 on this CPU, with the float32 head and loss.
+    # precision "auto" with the environment override: mixed bfloat16 on any CPU, with the float32 head and loss.
+    monkeypatch.setenv("VIT_KERAS_PRECISION", "bfloat16")
     config = _config(total_steps=6, steps_per_epoch=3, batch_size=8, learning_rate=0.05, precision="auto")
     with tfds.testing.mock_data(num_examples=40):
         result = training.train(lambda: tiny_vit(image_size=32), "cifar10", config, output_dir=str(tmp_path),
@@ -314,6 +337,7 @@ def test_mock_cifar10_trains_end_to_end(tmp_path):
     assert scores["examples"] == 40 and 0 <= scores["top1"] <= scores["top5"] <= 1
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["updates"] == 6 and saved["config"]["recipe"] == "finetune"
+    assert saved["policy"] == "mixed_bfloat16" and "from VIT_KERAS_PRECISION" in saved["notes"][0]  # and why
     for name in ("best.keras", "last.keras"):
         reloaded = keras.models.load_model(tmp_path / "checkpoints" / name, safe_mode=True)
         assert reloaded.output_shape == (None, 10)

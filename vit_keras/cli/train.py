@@ -69,7 +69,8 @@ def register(subparsers) -> None:
                      help="TPU to use: 'local' (a TPU VM's own, also found automatically), a TPU name or "
                      "grpc:// address, or 'none' to train on the CPU of a TPU VM")
     run.add_argument("--precision", choices=PRECISIONS, default=None,
-                     help="auto: bfloat16 on TPU/CPU, float16 + loss scaling on GPU")
+                     help="auto (default): follows the hardware, see vit_keras.hardware; "
+                          "VIT_KERAS_PRECISION=float32|bfloat16|float16 overrides it")
     run.add_argument("--no-xla", action="store_true", help="do not compile the train step with XLA")
     parser.add_argument("--output-dir", required=True, help="logs/, checkpoints/, backup/ and results.json go here")
     parser.set_defaults(func=run_train)

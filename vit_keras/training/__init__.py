@@ -24,6 +24,7 @@ from vit_keras.training.strategy import (
     connect_tpu,
     is_chief,
     plan_execution,
+    plan_inference,
     select_strategy,
 )
 from vit_keras.training.transfer import resample_position_embeddings, transfer_weights
@@ -48,6 +49,7 @@ __all__ = [
     "make_optimizer",
     "make_schedule",
     "plan_execution",
+    "plan_inference",
     "pretrain",
     "resample_position_embeddings",
     "select_strategy",

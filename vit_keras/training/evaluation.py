@@ -21,17 +21,48 @@ def topk_accuracy(scores, labels, ks=(1, 5)) -> dict:
             for k in ks}
 
 
+def inference_function(model):
+    """`model`'s forward pass as a numpy-in, numpy-out function, compiled with XLA where that is faster here.
+
+    XLA follows the hardware rule of `vit_keras.hardware.xla_pays` for the model's own dtype policy: on for
+    float32 (7% faster on CPUs, where Keras' `predict` leaves it off) and on GPUs, off for bfloat16 on CPUs with
+    native bfloat16 instructions. A model built under a distribution strategy keeps `predict_on_batch`.
+
+    Example:
+        >>> forward = inference_function(model)  # doctest: +SKIP
+        >>> forward(images).shape  # doctest: +SKIP
+        (16, 10)
+    """
+    import tensorflow as tf
+
+    from vit_keras import hardware
+
+    if getattr(model, "_distribute_strategy", None) is not None:
+        return model.predict_on_batch
+    jit_compile, _ = hardware.xla_pays(hardware.default_kind(), model.dtype_policy.name)
+    function = tf.function(lambda images: model(images, training=False), jit_compile=jit_compile,
+                           reduce_retracing=True)
+    return lambda images: function(tf.convert_to_tensor(images)).numpy()
+
+
 def predict_dataset(model, dataset):
     """Run `model` over a batched `(images, labels)` dataset; returns (scores, integer labels) as numpy.
 
-    `predict_on_batch` keeps a steady pace on CPU where `model.predict`'s loop stalls on some batches.
+    One compiled function (see `inference_function`) keeps a steady pace on CPU where `model.predict`'s loop
+    stalls on some batches. A short last batch is padded to the first batch's size, so it reuses the compiled
+    program instead of compiling another; the padding rows are dropped.
 
     Example:
         >>> scores, labels = predict_dataset(model, eval_pipeline(...))  # doctest: +SKIP
     """
-    scores, labels = [], []
+    forward = inference_function(model)
+    scores, labels, full = [], [], None
     for images, batch_labels in dataset.as_numpy_iterator():
-        scores.append(np.asarray(model.predict_on_batch(images), np.float32))
+        count = len(images)
+        full = full or count
+        if count < full:
+            images = np.concatenate([images, np.zeros((full - count, *images.shape[1:]), images.dtype)])
+        scores.append(np.asarray(forward(images), np.float32)[:count])
         labels.append(batch_labels.argmax(-1) if batch_labels.ndim == 2 else batch_labels)
     return np.concatenate(scores), np.concatenate(labels)
 

@@ -4,7 +4,7 @@ Example:
     >>> from vit_keras.training import select_strategy, plan_execution
     >>> strategy = select_strategy()  # doctest: +SKIP
     >>> plan_execution(strategy).policy  # doctest: +SKIP
-    'mixed_bfloat16'
+    'float32'
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import dataclasses
 import json
 import logging
 import os
+
+from vit_keras import hardware
 
 logger = logging.getLogger(__name__)
 
@@ -64,17 +66,13 @@ def connect_tpu(tpu: str = "local"):
 
 
 def on_tpu_vm() -> bool:
-    """True on a Cloud TPU VM, whose TPU chips appear as `/dev/accel*` (v2-v4) or `/dev/vfio/*` with
-    `TPU_ACCELERATOR_TYPE` set (v5 and later).
+    """True on a Cloud TPU VM (see `vit_keras.hardware.on_tpu_vm`).
 
     Example:
         >>> isinstance(on_tpu_vm(), bool)
         True
     """
-    import glob
-
-    return bool(glob.glob("/dev/accel*")) or (bool(os.environ.get("TPU_ACCELERATOR_TYPE"))
-                                              and bool(glob.glob("/dev/vfio/[0-9]*")))
+    return hardware.on_tpu_vm()
 
 
 def select_strategy(tpu: str | None = None, devices=None, environ=None):
@@ -127,18 +125,10 @@ def device_kind(strategy) -> str:
     return "CPU"
 
 
-def _gpu_supports_bfloat16() -> bool:
-    tf = _tf()
-    for gpu in tf.config.list_physical_devices("GPU"):
-        capability = tf.config.experimental.get_device_details(gpu).get("compute_capability", (0, 0))
-        if tuple(capability) < (8, 0):
-            return False
-    return True
-
-
 @dataclasses.dataclass(frozen=True)
 class ExecutionPlan:
-    """The dtype policy and XLA choice for a run, with the reasons for any departure from the request.
+    """The dtype policy and XLA choice for a run, with the reasons for the automatic choice and for any
+    departure from the request.
 
     Example:
         >>> ExecutionPlan("float32", True, ()).loss_scaling
@@ -154,17 +144,32 @@ class ExecutionPlan:
         return self.policy == "mixed_float16"
 
 
+def _with_bfloat16_gpu(detected: hardware.Machine, bfloat16_gpu: bool | None) -> hardware.Machine:
+    """`detected` with its GPUs replaced by one that has (8.0) or lacks (7.0) bfloat16, when that is given."""
+    if bfloat16_gpu is None:
+        return detected
+    capability = hardware.FIRST_BFLOAT16_GPU if bfloat16_gpu else hardware.FIRST_FLOAT16_GPU
+    return dataclasses.replace(detected, gpus=(capability,))
+
+
 def plan_execution(strategy, precision: str = "auto", jit_compile: bool = True, kind: str | None = None,
-                   bfloat16_gpu: bool | None = None) -> ExecutionPlan:
+                   bfloat16_gpu: bool | None = None, machine: hardware.Machine | None = None,
+                   environ=None) -> ExecutionPlan:
     """Choose the mixed-precision policy and whether to compile with XLA for `strategy`.
 
-    `precision="auto"`: bfloat16 on TPU and CPU; float16 with loss scaling on GPU, except where several GPU
-    replicas compile with XLA: `LossScaleOptimizer` under MirroredStrategy + XLA + float16 crashes
+    `precision="auto"` follows the hardware (`vit_keras.hardware.choose_precision`, overridable with
+    `VIT_KERAS_PRECISION`): on a CPU, `mixed_bfloat16` without XLA only where the CPU has native bfloat16
+    instructions (avx512_bf16 or AMX), float32 with XLA elsewhere; on a GPU, bfloat16 from compute capability
+    8.0, float16 with loss scaling on 7.x, float32 below; bfloat16 on TPU. The reason is the plan's first note.
+
+    Then the rules for several replicas: `LossScaleOptimizer` under MirroredStrategy + XLA + float16 crashes
     (`merge_call called while defining a new graph`), so bfloat16 (no loss scaling) is used on GPUs that have
-    it (compute capability >= 8.0) and XLA is turned off on older ones. Several CPU replicas (logical devices
-    or workers) run without XLA: XLA clusters cannot span CPU devices nor compile the cross-replica
-    all-reduce, and TensorFlow refuses such programs. bfloat16 on a CPU runs without XLA too: XLA's CPU backend
-    lacks the oneDNN bfloat16 matmuls, and a ViT-B/16 step measured 1.6x slower with it.
+    it and XLA is turned off on older ones. Several CPU replicas (logical devices or workers) run without XLA:
+    XLA clusters cannot span CPU devices nor compile the cross-replica all-reduce. bfloat16 on a CPU with
+    native bfloat16 instructions runs without XLA too: XLA's CPU backend lacks the oneDNN bfloat16 matmuls.
+
+    `machine` (default: this one, detected) and `bfloat16_gpu` (force the GPU's bfloat16 support) exist for
+    planning for other hardware, e.g. in tests.
 
     Example:
         >>> import tensorflow as tf
@@ -172,29 +177,59 @@ def plan_execution(strategy, precision: str = "auto", jit_compile: bool = True, 
         ExecutionPlan(policy='float32', jit_compile=True, notes=())
     """
     kind = kind or device_kind(strategy)
+    detected = _with_bfloat16_gpu(machine or hardware.machine(), bfloat16_gpu)
     replicas = strategy.num_replicas_in_sync
     notes = []
     policy = precision
     if precision == "auto":
-        policy = "mixed_float16" if kind == "GPU" else "mixed_bfloat16"
+        choice = hardware.choose_precision(kind, detected, environ=environ)
+        policy = choice.policy
+        notes.append(f"precision auto: {choice.reason}")
+        logger.info(notes[-1])
+    departures = []
     if kind == "GPU" and policy == "mixed_float16" and replicas > 1 and jit_compile:
-        supported = _gpu_supports_bfloat16() if bfloat16_gpu is None else bfloat16_gpu
+        supported = bool(detected.gpus) and min(detected.gpus) >= hardware.FIRST_BFLOAT16_GPU
         if precision == "auto" and supported:
             policy = "mixed_bfloat16"
-            notes.append("bfloat16 instead of float16: MirroredStrategy + XLA + float16 loss scaling crashes")
+            departures.append("bfloat16 instead of float16: MirroredStrategy + XLA + float16 loss scaling crashes")
         else:
             jit_compile = False
-            notes.append("XLA off: MirroredStrategy + XLA + float16 loss scaling crashes")
+            departures.append("XLA off: MirroredStrategy + XLA + float16 loss scaling crashes")
     if kind == "CPU" and replicas > 1 and jit_compile:
         jit_compile = False
-        notes.append("XLA off: several CPU replicas cannot share one XLA program")
-    if kind == "CPU" and policy == "mixed_bfloat16" and jit_compile:
+        departures.append("XLA off: several CPU replicas cannot share one XLA program")
+    pays, why_not = hardware.xla_pays(kind, policy, detected)
+    if jit_compile and not pays:
         jit_compile = False
-        notes.append("XLA off: on CPUs, TensorFlow's oneDNN bfloat16 kernels beat XLA's (ViT-B/16 fine-tune step "
-                     "1.6x faster, scripts/benchmark.py --suite training)")
-    for note in notes:
+        if precision != "auto":  # the automatic choice's note already says so
+            departures.append(why_not)
+    for note in departures:
         logger.warning(note)
-    return ExecutionPlan(policy, jit_compile, tuple(notes))
+    return ExecutionPlan(policy, jit_compile, tuple(notes + departures))
+
+
+def plan_inference(model=None, precision: str = "auto", kind: str | None = None,
+                   machine: hardware.Machine | None = None, environ=None) -> ExecutionPlan:
+    """The dtype policy and XLA setting for running a model on this machine, by the same rule as training.
+
+    With `model`, its own dtype policy is kept (its weights were built for it) and only XLA is chosen for it;
+    without, `precision` ("auto" or a policy name) is planned as `plan_execution` would on one device.
+
+    Example:
+        >>> plan_inference(precision="float32", kind="CPU").jit_compile
+        True
+    """
+    detected = machine or hardware.machine()
+    kind = kind or hardware.default_kind(detected)
+    if model is not None:
+        policy = model.dtype_policy.name
+        pays, why_not = hardware.xla_pays(kind, policy, detected)
+        return ExecutionPlan(policy, pays, (why_not,) if why_not else ())
+    if precision == "auto":
+        choice = hardware.choose_precision(kind, detected, environ=environ)
+        return ExecutionPlan(choice.policy, choice.jit_compile, (f"precision auto: {choice.reason}",))
+    pays, why_not = hardware.xla_pays(kind, precision, detected)
+    return ExecutionPlan(precision, pays, (why_not,) if why_not else ())
 
 
 def is_multi_worker(strategy) -> bool:

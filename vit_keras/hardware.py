@@ -1,0 +1,321 @@
+"""What this machine computes fast, and the precision and XLA setting that follow from it.
+
+The rule (measured with `scripts/benchmark.py`, ViT-B/16; the README's Speed section has the tables):
+
+- CPU with native bfloat16 instructions (`avx512_bf16` or AMX `amx_bf16`): `mixed_bfloat16` *without* XLA.
+  TensorFlow's oneDNN bfloat16 matmuls are 1.6x faster than float32 there, and XLA's CPU GEMM has no bfloat16
+  speed-up, so XLA would undo the gain.
+- Any other CPU (AVX2, or AVX-512 without BF16, or flags that cannot be read): `float32` with XLA. bfloat16
+  is emulated there: 3.4x slower than float32 + XLA at batch 1 (1.30 against 4.38 images/s) and 2.6x at 16.
+- GPU: `mixed_bfloat16` from compute capability 8.0 (Ampere) on, `mixed_float16` with loss scaling on 7.x
+  (tensor cores, no bfloat16), `float32` below 7.0 (no tensor cores: TensorFlow's mixed-precision guide warns
+  that half precision is no faster there); XLA on.
+- TPU: `mixed_bfloat16` with XLA.
+
+`VIT_KERAS_PRECISION=float32|bfloat16|float16` overrides the automatic choice (XLA then follows the same rule
+for that precision). Detection runs once per process: CPU flags from `/proc/cpuinfo` (Linux) or `sysctl`
+(macOS), "unknown" elsewhere; GPU compute capabilities from TensorFlow when it is installed.
+
+Example:
+    >>> from vit_keras import hardware
+    >>> cpu = hardware.parse_cpuinfo("model name : AMD EPYC\\nflags : fpu avx2 fma\\n")
+    >>> hardware.choose_precision("CPU", hardware.Machine(cpu=cpu), environ={}).policy
+    'float32'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import os
+import platform
+import subprocess
+
+ENVIRONMENT_VARIABLE = "VIT_KERAS_PRECISION"
+# The override's values and the Keras dtype policy each one selects.
+OVERRIDES = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+# Instructions that make bfloat16 matmuls native (oneDNN uses them; without them bfloat16 is emulated).
+BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")
+# The flags worth recording next to a measurement: what the matmul kernels can use.
+REPORTED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_bf16",
+                  "amx_int8", "bf16", "i8mm", "sve")
+FIRST_BFLOAT16_GPU = (8, 0)  # Ampere: bfloat16 tensor cores
+FIRST_FLOAT16_GPU = (7, 0)  # Volta: float16 tensor cores
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuInfo:
+    """The CPU's model name and instruction-set flags (lower case, Linux names), and where they were read.
+
+    Example:
+        >>> CpuInfo("Xeon", frozenset({"avx512_bf16"}), "/proc/cpuinfo").native_bfloat16
+        True
+    """
+
+    model: str
+    flags: frozenset
+    source: str
+
+    @property
+    def native_bfloat16(self) -> bool:
+        return any(flag in self.flags for flag in BFLOAT16_FLAGS)
+
+    @property
+    def known(self) -> bool:
+        return self.source != "unknown"
+
+    def describe(self) -> str:
+        """The model and the matmul-relevant flags, e.g. "AMD EPYC (avx2, fma)".
+
+        Example:
+            >>> CpuInfo("AMD EPYC", frozenset({"avx2", "fma", "sse"}), "/proc/cpuinfo").describe()
+            'AMD EPYC (avx2, fma)'
+        """
+        if not self.known:
+            return f"{self.model or 'CPU'} (instruction set unknown)"
+        shown = [flag for flag in REPORTED_FLAGS if flag in self.flags]
+        return f"{self.model or 'CPU'} ({', '.join(shown) or 'no AVX2 or AVX-512'})"
+
+
+def parse_cpuinfo(text: str) -> CpuInfo:
+    """Read the model name and flags of the first processor in Linux's `/proc/cpuinfo` text.
+
+    x86 lists its flags under "flags", ARM under "Features".
+
+    Example:
+        >>> parse_cpuinfo("model name\\t: Intel Xeon\\nflags\\t\\t: avx2 amx_bf16 amx_tile\\n").native_bfloat16
+        True
+    """
+    model, flags = "", None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key in ("model name", "hardware", "cpu model") and not model:
+            model = value.strip()
+        elif key in ("flags", "features") and flags is None:
+            flags = frozenset(value.lower().split())
+    if flags is None:
+        return CpuInfo(model, frozenset(), "unknown")
+    return CpuInfo(model, flags, "/proc/cpuinfo")
+
+
+def _sysctl(name: str) -> str:
+    try:
+        process = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return process.stdout.strip() if process.returncode == 0 else ""
+
+
+def _macos_cpu() -> CpuInfo:
+    model = _sysctl("machdep.cpu.brand_string")
+    # Intel Macs: "AVX2 FMA ..." in two lists, named like Linux's flags once lower-cased ("AVX512F" -> "avx512f").
+    listed = f"{_sysctl('machdep.cpu.features')} {_sysctl('machdep.cpu.leaf7_features')}".lower().split()
+    flags = {flag.replace(".", "_") for flag in listed}
+    if _sysctl("hw.optional.arm.FEAT_BF16") == "1":  # Apple silicon
+        flags.add("bf16")
+    if not model and not flags:
+        return CpuInfo(platform.processor(), frozenset(), "unknown")
+    return CpuInfo(model, frozenset(flags), "sysctl")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_info() -> CpuInfo:
+    """This machine's CPU, read once per process.
+
+    Example:
+        >>> isinstance(cpu_info().flags, frozenset)
+        True
+    """
+    system = platform.system()
+    if system == "Linux":
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as file:
+                return parse_cpuinfo(file.read())
+        except OSError:
+            pass
+    elif system == "Darwin":
+        return _macos_cpu()
+    return CpuInfo(platform.processor(), frozenset(), "unknown")
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_capabilities() -> tuple:
+    """The compute capability `(major, minor)` of every GPU TensorFlow sees; () without GPUs or TensorFlow.
+
+    Example:
+        >>> gpu_capabilities()  # doctest: +SKIP
+        ((9, 0),)
+    """
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return ()
+    capabilities = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        capability = tf.config.experimental.get_device_details(gpu).get("compute_capability") or (0, 0)
+        capabilities.append(tuple(int(part) for part in capability))
+    return tuple(capabilities)
+
+
+def on_tpu_vm() -> bool:
+    """True on a Cloud TPU VM, whose TPU chips appear as `/dev/accel*` (v2-v4) or `/dev/vfio/*` with
+    `TPU_ACCELERATOR_TYPE` set (v5 and later).
+
+    Example:
+        >>> isinstance(on_tpu_vm(), bool)
+        True
+    """
+    return bool(glob.glob("/dev/accel*")) or (bool(os.environ.get("TPU_ACCELERATOR_TYPE"))
+                                              and bool(glob.glob("/dev/vfio/[0-9]*")))
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """What the precision rule looks at: the CPU and the GPUs' compute capabilities.
+
+    Example:
+        >>> Machine(cpu=CpuInfo("", frozenset(), "unknown"), gpus=((8, 6),)).gpus
+        ((8, 6),)
+    """
+
+    cpu: CpuInfo
+    gpus: tuple = ()
+
+
+def machine() -> Machine:
+    """This machine, detected once per process (see `cpu_info` and `gpu_capabilities`).
+
+    Example:
+        >>> isinstance(machine().cpu, CpuInfo)
+        True
+    """
+    return Machine(cpu_info(), gpu_capabilities())
+
+
+def default_kind(detected: Machine | None = None) -> str:
+    """Where TensorFlow runs a model by default here: "GPU" when one is visible, else "CPU".
+
+    Example:
+        >>> default_kind(Machine(cpu=CpuInfo("", frozenset(), "unknown"), gpus=((9, 0),)))
+        'GPU'
+    """
+    detected = detected or machine()
+    return "GPU" if detected.gpus else "CPU"
+
+
+def precision_override(environ=None) -> str | None:
+    """The dtype policy `VIT_KERAS_PRECISION` asks for, or None when it is unset or empty.
+
+    Example:
+        >>> precision_override({"VIT_KERAS_PRECISION": "bfloat16"})
+        'mixed_bfloat16'
+    """
+    environ = os.environ if environ is None else environ
+    value = environ.get(ENVIRONMENT_VARIABLE, "").strip().lower()
+    if not value:
+        return None
+    aliases = {**OVERRIDES, **{policy: policy for policy in OVERRIDES.values()}}
+    if value not in aliases:
+        raise ValueError(f"{ENVIRONMENT_VARIABLE}={environ[ENVIRONMENT_VARIABLE]!r} is not a precision: set it to "
+                         f"one of {', '.join(OVERRIDES)} (or unset it for the automatic choice).")
+    return aliases[value]
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionChoice:
+    """A dtype policy, whether XLA pays with it, and why (one sentence, for logs and `results.json`).
+
+    Example:
+        >>> PrecisionChoice("float32", True, "float32 with XLA: ...").policy
+        'float32'
+    """
+
+    policy: str
+    jit_compile: bool
+    reason: str
+
+
+def xla_pays(kind: str, policy: str, detected: Machine | None = None) -> tuple[bool, str | None]:
+    """Whether compiling with XLA is faster for `policy` on `kind`, and the reason when it is not.
+
+    Only one case loses: bfloat16 on a CPU with native bfloat16 instructions, where oneDNN's bfloat16 matmuls
+    (used without XLA) are 1.6x faster than XLA's CPU GEMM. Where bfloat16 is emulated, XLA is 2x faster.
+
+    Example:
+        >>> xla_pays("CPU", "float32", Machine(cpu=CpuInfo("", frozenset(), "unknown")))
+        (True, None)
+    """
+    if kind != "CPU" or policy != "mixed_bfloat16":
+        return True, None
+    cpu = (detected or machine()).cpu
+    if cpu.native_bfloat16:
+        return False, (f"XLA off: on {cpu.describe()}, TensorFlow's oneDNN bfloat16 kernels beat XLA's "
+                       "(ViT-B/16 fine-tune step 1.6x faster without XLA)")
+    return True, None
+
+
+def choose_precision(kind: str, detected: Machine | None = None, environ=None) -> PrecisionChoice:
+    """The fastest dtype policy and XLA setting for one `kind` of device ("CPU", "GPU" or "TPU") here.
+
+    `VIT_KERAS_PRECISION` (in `environ`, default `os.environ`) takes precedence; see the module docstring for
+    the rule and the measurements behind it.
+
+    Example:
+        >>> avx512_bf16 = Machine(cpu=parse_cpuinfo("flags : avx2 avx512f avx512_bf16"))
+        >>> choice = choose_precision("CPU", avx512_bf16, environ={})
+        >>> choice.policy, choice.jit_compile
+        ('mixed_bfloat16', False)
+    """
+    detected = detected or machine()
+    override = precision_override(environ)
+    if override is not None:
+        jit, why_not = xla_pays(kind, override, detected)
+        reason = f"{override} from {ENVIRONMENT_VARIABLE}" + (f"; {why_not}" if why_not else "")
+        return PrecisionChoice(override, jit, reason)
+    if kind == "TPU":
+        return PrecisionChoice("mixed_bfloat16", True, "mixed_bfloat16 with XLA: TPUs compute in bfloat16")
+    if kind == "GPU":
+        if not detected.gpus:
+            return PrecisionChoice("mixed_float16", True,
+                                   "mixed_float16 with XLA: the GPU's compute capability is unknown")
+        lowest = min(detected.gpus)
+        named = f"GPU compute capability {lowest[0]}.{lowest[1]}"
+        if lowest >= FIRST_BFLOAT16_GPU:
+            return PrecisionChoice("mixed_bfloat16", True, f"mixed_bfloat16 with XLA: {named} has bfloat16 "
+                                                           "tensor cores (no loss scaling needed)")
+        if lowest >= FIRST_FLOAT16_GPU:
+            return PrecisionChoice("mixed_float16", True, f"mixed_float16 with XLA and loss scaling: {named} has "
+                                                          "float16 tensor cores but no bfloat16")
+        return PrecisionChoice("float32", True, f"float32 with XLA: {named} has no tensor cores, where half "
+                                                "precision is no faster")
+    cpu = detected.cpu
+    if cpu.native_bfloat16:
+        _, why_not = xla_pays("CPU", "mixed_bfloat16", detected)
+        return PrecisionChoice("mixed_bfloat16", False,
+                               f"mixed_bfloat16: {cpu.describe()} has native bfloat16 instructions "
+                               f"(1.6x faster than float32); {why_not}")
+    if not cpu.known:
+        return PrecisionChoice("float32", True, f"float32 with XLA: the instruction set of {cpu.describe()} could "
+                                                "not be read, and bfloat16 is only faster with avx512_bf16/AMX")
+    return PrecisionChoice("float32", True, f"float32 with XLA: {cpu.describe()} has no native bfloat16 "
+                                            "instructions (avx512_bf16/amx_bf16), where bfloat16 measured up to "
+                                            "3.4x slower than float32 with XLA")
+
+
+def summary(detected: Machine | None = None) -> dict:
+    """What to record next to a measurement or a run: CPU model, matmul-relevant flags, GPUs.
+
+    Example:
+        >>> sorted(summary())
+        ['cpu_flags', 'cpu_model', 'cpu_native_bfloat16', 'cpu_source', 'gpu_compute_capabilities']
+    """
+    detected = detected or machine()
+    return {
+        "cpu_model": detected.cpu.model,
+        "cpu_flags": [flag for flag in REPORTED_FLAGS if flag in detected.cpu.flags],
+        "cpu_native_bfloat16": detected.cpu.native_bfloat16,
+        "cpu_source": detected.cpu.source,
+        "gpu_compute_capabilities": [f"{major}.{minor}" for major, minor in detected.gpus],
+    }
