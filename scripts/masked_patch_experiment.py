@@ -81,7 +81,12 @@ def main(argv=None) -> int:
     parser.add_argument("--labelled", type=int, default=20, help="labelled training digits per class")
     parser.add_argument("--output", default="docs/masked_patch_results.json")
     parser.add_argument("--work-dir", default=None)
+    parser.add_argument("--merge", nargs="+", default=None, metavar="RESULTS_JSON",
+                        help="no training: combine the runs of earlier result files (e.g. seeds run in parallel "
+                        "processes) into --output, with its table and plot")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.output)
 
     import keras
 
@@ -124,19 +129,40 @@ def main(argv=None) -> int:
     return 0
 
 
+def merge(paths, output) -> int:
+    summaries = []
+    for path in paths:
+        with open(path) as handle:
+            summaries.append(json.load(handle))
+    runs = sorted((run for summary in summaries for run in summary["runs"]), key=lambda run: run["seed"])
+    settings = dict(summaries[0]["settings"], seeds=[run["seed"] for run in runs], merged_from=list(paths),
+                    seconds=sum(summary["settings"].get("seconds", 0) for summary in summaries))
+    merged = {"settings": settings, "runs": runs}
+    with open(output + ".tmp", "w") as handle:
+        json.dump(merged, handle, indent=2)
+    os.replace(output + ".tmp", output)
+    print(table(merged))
+    plot(merged, os.path.splitext(output)[0].replace("_results", "") + ".png")
+    return 0
+
+
+def _values(runs, key, inner=None):
+    return np.array([run[key][inner] if inner else run[key] for run in runs if key in run]) * 100
+
+
 def table(summary) -> str:
     """The README table: held-out top-1 after fine-tuning and the 10-shot probe, mean ± std over seeds."""
     runs = summary["runs"]
 
     def stat(key, inner=None):
-        values = np.array([r[key][inner] if inner else r[key] for r in runs if key in r]) * 100
-        return f"{values.mean():.1f} ± {values.std():.1f}" if len(values) else "—"
+        values = _values(runs, key, inner)
+        return f"{values.mean():.1f} ± {values.std():.1f} (n={len(values)})" if len(values) else "—"
 
     lines = ["| initialisation | fine-tuned top-1 (%) | 10-shot probe (%) | 1-shot probe (%) |", "|---|---|---|---|",
              f"| random (from scratch) | {stat('scratch')} | {stat('few_shot_random_init', '10shot')} | "
              f"{stat('few_shot_random_init', '1shot')} |"]
     for target in TARGETS:
-        if f"finetuned_{target}" in runs[0]:
+        if any(f"finetuned_{target}" in run for run in runs):
             lines.append(f"| masked patch, {target.replace('_', ' ')} | {stat(f'finetuned_{target}')} | "
                          f"{stat(f'few_shot_{target}', '10shot')} | {stat(f'few_shot_{target}', '1shot')} |")
     return "\n".join(lines)
@@ -149,21 +175,22 @@ def plot(summary, path):
     import matplotlib.pyplot as plt
 
     runs = summary["runs"]
-    names = ["scratch"] + [t for t in TARGETS if f"finetuned_{t}" in runs[0]]
+    names = ["scratch"] + [t for t in TARGETS if any(f"finetuned_{t}" in run for run in runs)]
     keys = ["scratch"] + [f"finetuned_{t}" for t in names[1:]]
-    values = [np.array([r[k] for r in runs]) * 100 for k in keys]
+    values = [_values(runs, key) for key in keys]
     figure, axis = plt.subplots(figsize=(6, 3.2))
     for index, vals in enumerate(values):
         axis.scatter(np.full(len(vals), index), vals, color="grey", zorder=3, s=14)
         axis.bar(index, vals.mean(), yerr=vals.std(), color="tab:blue" if index else "tab:grey", alpha=0.7,
                  capsize=4)
-    axis.set_xticks(range(len(names)), ["from scratch"] + [n.replace("_", " ") for n in names[1:]])
+    axis.set_xticks(range(len(names)), ["from scratch"] + [f"{n.replace('_', ' ')}\n(n={len(v)})"
+                                                           for n, v in zip(names[1:], values[1:])])
     low = min(v.min() for v in values)
     axis.set_ylim(max(0, low - 10), 100)
     settings = summary["settings"]
     axis.set_ylabel("held-out top-1 (%)")
     axis.set_title(f"digits, {settings['labelled']} labels/class, {settings['finetune_steps']} fine-tune steps, "
-                   f"{len(runs)} seeds", fontsize=9)
+                   f"{len(runs)} seeds; bars: mean ± std", fontsize=9)
     figure.tight_layout()
     tmp = path + ".tmp.png"
     figure.savefig(tmp, dpi=110)

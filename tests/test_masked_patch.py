@@ -97,8 +97,11 @@ def test_corruption_is_seeded_and_compiles_with_xla():
                                   keras.ops.convert_to_numpy(layer(patches)[1]))
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(layer.seed_generator.state), state)
     # Under XLA TensorFlow picks another random-number algorithm: other draws, the same rules and seeding.
-    compiled = [keras.ops.convert_to_numpy(tf.function(lambda x, layer=PatchCorruption(seed=7): layer(x, training=True)[1],
-                                                       jit_compile=True)(patches)) for _ in range(2)]
+    def compiled_roles():
+        fresh = PatchCorruption(seed=7)
+        return keras.ops.convert_to_numpy(tf.function(lambda x: fresh(x, training=True)[1], jit_compile=True)(patches))
+
+    compiled = [compiled_roles(), compiled_roles()]
     np.testing.assert_array_equal(compiled[0], compiled[1])
     np.testing.assert_array_equal((compiled[0] != CLEAN).sum(axis=1), 8)
 
@@ -303,3 +306,37 @@ def test_recipe_is_the_papers_scaled_by_arguments():
             config.batch_size, config.weight_decay) == ("adamw", 2e-4, "cosine", 10_000, 1_000_000, 4096, 0.0)
     assert training.masked_patch(total_steps=100_000).warmup_steps == 1_000
     assert training.masked_patch(total_steps=500, warmup_steps=50).warmup_steps == 50
+
+
+def test_cli_pretrain_writes_an_encoder_that_fine_tunes(tmp_path, capsys):
+    from vit_keras.cli import SUBCOMMANDS, main
+
+    assert "pretrain" in SUBCOMMANDS
+    data_dir, output = str(tmp_path / "tfds"), tmp_path / "run"
+    code = main(["pretrain", "--objective", "masked-patch", "--target", "downsized-colour", "--target-grid", "2",
+                 "--model", "Ti/16", "--patch-size", "4", "--num-layers", "1", "--image-size", "8",
+                 "--dataset", "vit_keras_digits", "--data-dir", data_dir, "--no-augment", "--batch-size", "16",
+                 "--steps", "4", "--learning-rate", "1e-3", "--precision", "float32", "--no-xla", "--seed", "1",
+                 "--output-dir", str(output)])
+    assert code == 0
+    out = capsys.readouterr().out
+    printed = json.loads(out[out.index('{\n  "updates"'):])  # after Keras' progress lines
+    assert printed["updates"] == 4 and np.isfinite(printed["loss"]) and 0.0 <= printed["colour_accuracy"] <= 1.0
+    results = json.loads((output / "results.json").read_text())
+    assert results["objective"]["target"] == "downsized_colour" and results["config"]["learning_rate"] == 1e-3
+    encoder = keras.models.load_model(output / "encoder.keras", safe_mode=True)
+    classifier = vit_keras.ViTTi16(image_size=16, patch_size=4, num_layers=1, classes=10)
+    assert training.transfer_weights(encoder, classifier)["resampled"] is True
+    checkpoint = keras.models.load_model(output / "checkpoints" / "last.keras", safe_mode=True)
+    assert isinstance(checkpoint, MaskedPatchModel) and checkpoint.target == "downsized_colour"
+
+
+def test_cli_pretrain_refuses_a_bad_target_grid(tmp_path, capsys):
+    from vit_keras.cli import main
+
+    code = main(["pretrain", "--target", "downsized-colour", "--target-grid", "3", "--model", "Ti/16",
+                 "--patch-size", "4", "--num-layers", "1", "--image-size", "8", "--dataset", "vit_keras_digits",
+                 "--data-dir", str(tmp_path / "tfds"), "--steps", "2", "--batch-size", "8",
+                 "--output-dir", str(tmp_path / "run")])
+    assert code == 2
+    assert "target_grid to divide" in capsys.readouterr().err
