@@ -340,3 +340,38 @@ def test_cli_pretrain_refuses_a_bad_target_grid(tmp_path, capsys):
                  "--output-dir", str(tmp_path / "run")])
     assert code == 2
     assert "target_grid to divide" in capsys.readouterr().err
+
+
+MIRRORED = """
+import json, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import vit_keras
+from vit_keras import training
+from vit_keras.datasets.digits import digits_arrays
+images, _ = digits_arrays("train")
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+config = training.masked_patch(total_steps=4, steps_per_epoch=2, batch_size=16, warmup_steps=1, learning_rate=1e-3,
+                               crop="resize", flip=False, precision="float32", shuffle_buffer=128, log_images=2)
+build = lambda: vit_keras.ViT(image_size=8, patch_size=2, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=96,
+                              include_top=False)
+result = training.masked_patch_pretrain(build, tf.data.Dataset.from_tensor_slices(images[:128]), config,
+                                        output_dir=sys.argv[1], strategy=strategy, verbose=0)
+print(json.dumps({"replicas": strategy.num_replicas_in_sync, "updates": result.updates, **result.metrics}))
+"""
+
+
+@pytest.mark.slow
+def test_pretrains_under_mirrored_strategy_on_two_replicas(tmp_path):
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    env.pop("TF_CONFIG", None)
+    done = subprocess.run([sys.executable, "-c", MIRRORED, str(tmp_path / "run")], env=env, check=True,
+                          capture_output=True, text=True, timeout=400)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["replicas"] == 2 and report["updates"] == 4 and np.isfinite(report["loss"])
+    assert (tmp_path / "run" / "encoder.keras").exists()
