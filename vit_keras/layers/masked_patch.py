@@ -16,7 +16,7 @@ Example:
     >>> import keras
     >>> corruption = PatchCorruption(seed=0)
     >>> corrupted, roles = corruption(keras.ops.ones((2, 16, 12)))
-    >>> corrupted.shape, roles.shape
+    >>> tuple(corrupted.shape), tuple(roles.shape)
     ((2, 16, 12), (2, 16))
 """
 
@@ -157,7 +157,7 @@ class MaskEmbedding(keras.layers.Layer):
 
     Example:
         >>> layer = MaskEmbedding()
-        >>> layer([keras.ops.zeros((2, 5, 8)), keras.ops.ones((2, 4), "int32")]).shape
+        >>> tuple(layer([keras.ops.zeros((2, 5, 8)), keras.ops.ones((2, 4), "int32")]).shape)
         (2, 5, 8)
     """
 
@@ -228,7 +228,7 @@ def downsized_colour_target(pixel_patches, patch_size: int, grid: int = 4, chann
     `(batch, N, grid·grid)`, cells row by row (the paper's 4×4 downsized patch, 16 predictions of 512 classes).
 
     Example:
-        >>> downsized_colour_target(keras.ops.zeros((1, 2, 8 * 8 * 3)), patch_size=8, grid=4).shape
+        >>> tuple(downsized_colour_target(keras.ops.zeros((1, 2, 8 * 8 * 3)), patch_size=8, grid=4).shape)
         (1, 2, 16)
     """
     cell = patch_size // grid
@@ -289,7 +289,7 @@ class MaskedPatchTargets(keras.layers.Layer):
     `(batch, N)` / `(batch, N, grid²)` or float32 pixels `(batch, N, P·P·C)` in [-1, 1].
 
     Example:
-        >>> MaskedPatchTargets("mean_colour", patch_size=2)(keras.ops.zeros((1, 8, 8, 3))).shape
+        >>> tuple(MaskedPatchTargets("mean_colour", patch_size=2)(keras.ops.zeros((1, 8, 8, 3))).shape)
         (1, 16)
     """
 
