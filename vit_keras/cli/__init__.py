@@ -12,7 +12,7 @@ import sys
 
 # Each module `vit_keras.cli.<name>` defines `register(subparsers)`, which adds its parser and sets
 # `func`; heavy imports (TensorFlow) happen inside the command so that `--help` answers at once.
-SUBCOMMANDS = ("predict", "convert", "train", "evaluate", "export", "inspect")
+SUBCOMMANDS = ("predict", "convert", "train", "pretrain", "evaluate", "export", "inspect")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     """
     parser = argparse.ArgumentParser(
         prog="vit-keras",
-        description="Vision Transformers for Keras 3: predict, train, evaluate, export, inspect, convert.",
+        description="Vision Transformers for Keras 3: predict, train, pretrain, evaluate, export, inspect, convert.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:

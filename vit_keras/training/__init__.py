@@ -18,6 +18,8 @@ from vit_keras.training.evaluation import (
     topk_accuracy,
 )
 from vit_keras.training.loop import TrainResult, train
+from vit_keras.training.masked_patch import MaskedPatchModel
+from vit_keras.training.masked_pretrain import MaskedPatchResult, masked_patch, masked_patch_pretrain
 from vit_keras.training.optim import WarmupDecay, make_optimizer, make_schedule
 from vit_keras.training.strategy import (
     ExecutionPlan,
@@ -32,6 +34,8 @@ from vit_keras.training.transfer import resample_position_embeddings, transfer_w
 __all__ = [
     "RECIPES",
     "ExecutionPlan",
+    "MaskedPatchModel",
+    "MaskedPatchResult",
     "StepBackup",
     "TrainConfig",
     "TrainResult",
@@ -48,6 +52,8 @@ __all__ = [
     "is_chief",
     "make_optimizer",
     "make_schedule",
+    "masked_patch",
+    "masked_patch_pretrain",
     "plan_execution",
     "plan_inference",
     "pretrain",
