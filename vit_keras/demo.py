@@ -7,8 +7,9 @@ The whole path a user takes with a real dataset, offline and in a few minutes on
 3. `finetune` recipe (SGD momentum, cosine, clip 1.0) at 12x12: `transfer_weights` resamples the position
    embeddings from the 4x4 to the 6x6 patch grid and starts a fresh zero-initialised head;
 4. both stages validate on the last 10% of the training digits, held out from training (it picks each stage's
-   `best.keras`); the demo goes on with the final weights and scores the 360 test digits once, at the end: top-1/top-5 accuracy (exit status 1 below 95%) and the
-   few-shot linear probe; TensorBoard logs under `<output-dir>/*/logs`;
+   `best.keras`); the demo goes on with the final weights and scores the 360 test digits once, at the end:
+   top-1/top-5 accuracy (exit status 1 below 95%) and the few-shot linear probe; TensorBoard logs under
+   `<output-dir>/*/logs`;
 5. the demo steps in `DEMO_STEPS`, each `step(model, data, output_dir)` with `data` a `DemoData`: saving a
    `.keras` file and reloading it with `safe_mode=True` must give identical predictions; exporting a TF Serving
    SavedModel and four TFLite files, with their agreement with Keras; the inspection figures.
