@@ -37,13 +37,17 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_arguments(parser)
-    parser.add_argument("--patch-size", type=int, default=None, help="override the variant's patch size")
-    parser.add_argument("--num-layers", type=int, default=None, help="override the variant's depth")
+    # None: "not given", so that a given --classes is used (or refused), never silently replaced by the dataset's.
+    parser.set_defaults(classes=None)
+    parser.add_argument("--patch-size", type=positive_int, default=None, help="override the variant's patch size")
+    parser.add_argument("--num-layers", type=positive_int, default=None, help="override the variant's depth")
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", required=True, help="tfds name, e.g. cifar10, oxford_flowers102, vit_keras_digits")
     data.add_argument("--data-dir", default=None, help="tfds data directory (default: ~/tensorflow_datasets)")
     data.add_argument("--train-split", default="train", help="tfds split string (default: train)")
-    data.add_argument("--eval-split", default="test", help="split evaluated after each epoch; '' for none")
+    data.add_argument("--eval-split", default=None,
+                      help="split evaluated after each epoch, which picks best.keras (default: the last 10%% of "
+                      "--train-split, held out from training; the test split stays unseen); '' for none")
     data.add_argument("--randaugment", type=float, nargs=2, metavar=("OPS", "FACTOR"), default=None,
                       help="enable RandAugment with OPS operations of strength FACTOR (0..1)")
     data.add_argument("--mixup", type=float, default=None, metavar="ALPHA", help="enable MixUp with Beta(ALPHA)")
@@ -76,6 +80,22 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run_train)
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (0 and negative values are refused, not ignored).
+
+    Example:
+        >>> positive_int("4")
+        4
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
 def config_from_args(args):
     """The `TrainConfig` the flags describe: the recipe's defaults with every given flag applied.
 
@@ -102,29 +122,45 @@ def config_from_args(args):
 
 
 def run_train(args) -> int:
+    import sys
+
     from vit_keras import data
     from vit_keras.cli.common import build_model
     from vit_keras.training import train
+    from vit_keras.training.callbacks import NonFiniteLossError
 
+    if args.image_size is not None and args.image_size < 1:
+        raise ValueError(f"--image-size must be a positive integer, got {args.image_size}.")
     config = config_from_args(args)
     split = data.load(args.dataset, args.train_split, data_dir=args.data_dir)
-    classes = split.num_classes or args.classes
+    if args.classes is not None:
+        if args.classes < 1:
+            raise ValueError(f"--classes must be a positive integer, got {args.classes}.")
+        classes = args.classes  # train() refuses a head with fewer classes than the dataset's labels
+    elif split.num_classes:
+        classes = split.num_classes
+    else:
+        raise ValueError(f"{args.dataset} does not say how many classes it has: pass --classes.")
     image_size = args.image_size or 224
     # train() checks that the model carries the recipe's dropout; it is fixed when the model is built.
     overrides = {"dropout_rate": config.dropout_rate, "attention_dropout_rate": config.attention_dropout_rate}
-    if args.patch_size:
+    if args.patch_size is not None:
         overrides["patch_size"] = args.patch_size
-    if args.num_layers:
+    if args.num_layers is not None:
         overrides["num_layers"] = args.num_layers
 
     def build():
         args.classes, args.image_size = classes, image_size
         return build_model(args, classifier_activation=None, **overrides)
 
-    result = train(
-        build, split, config, output_dir=args.output_dir,
-        validation_data=args.dataset if args.eval_split else None, validation_split=args.eval_split or "test",
-        data_dir=args.data_dir, tpu=args.tpu,
-    )
+    try:
+        result = train(
+            build, args.dataset, config, output_dir=args.output_dir, train_split=args.train_split,
+            validation_data=args.dataset if args.eval_split != "" else None, validation_split=args.eval_split,
+            data_dir=args.data_dir, tpu=args.tpu,
+        )
+    except NonFiniteLossError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     print(json.dumps({"updates": result.updates, **result.metrics}, indent=2))
     return 0

@@ -7,7 +7,17 @@ Example:
     0.03
 """
 
-from vit_keras.training.callbacks import StepBackup, TrainingMonitor, checkpoint_callbacks
+from vit_keras.training.callbacks import (
+    BestCheckpoint,
+    LastCheckpoint,
+    NonFiniteLossError,
+    StepBackup,
+    StopOnNonFiniteLoss,
+    TrainingMonitor,
+    checkpoint_callbacks,
+    checkpoint_score,
+    save_checkpoint,
+)
 from vit_keras.training.config import RECIPES, TrainConfig, finetune, pretrain
 from vit_keras.training.evaluation import (
     evaluate,
@@ -17,7 +27,7 @@ from vit_keras.training.evaluation import (
     fit_least_squares_probe,
     topk_accuracy,
 )
-from vit_keras.training.loop import TrainResult, train
+from vit_keras.training.loop import VALIDATION_FRACTION, TrainResult, holdout_splits, train
 from vit_keras.training.masked_patch import MaskedPatchModel
 from vit_keras.training.masked_pretrain import MaskedPatchResult, masked_patch, masked_patch_pretrain
 from vit_keras.training.optim import WarmupDecay, make_optimizer, make_schedule
@@ -33,15 +43,21 @@ from vit_keras.training.transfer import resample_position_embeddings, transfer_w
 
 __all__ = [
     "RECIPES",
+    "VALIDATION_FRACTION",
+    "BestCheckpoint",
     "ExecutionPlan",
+    "LastCheckpoint",
     "MaskedPatchModel",
     "MaskedPatchResult",
+    "NonFiniteLossError",
     "StepBackup",
+    "StopOnNonFiniteLoss",
     "TrainConfig",
     "TrainResult",
     "TrainingMonitor",
     "WarmupDecay",
     "checkpoint_callbacks",
+    "checkpoint_score",
     "connect_tpu",
     "evaluate",
     "feature_extractor",
@@ -49,6 +65,7 @@ __all__ = [
     "few_shot_probe",
     "finetune",
     "fit_least_squares_probe",
+    "holdout_splits",
     "is_chief",
     "make_optimizer",
     "make_schedule",
@@ -58,6 +75,7 @@ __all__ = [
     "plan_inference",
     "pretrain",
     "resample_position_embeddings",
+    "save_checkpoint",
     "select_strategy",
     "topk_accuracy",
     "train",

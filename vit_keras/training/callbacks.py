@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 
@@ -10,6 +11,8 @@ import keras
 import numpy as np
 
 BACKUP_STATE = "backup.json"
+
+logger = logging.getLogger(__name__)
 
 
 def _gfile():
@@ -139,7 +142,10 @@ class StepBackup(keras.callbacks.Callback):
         model.load_weights(os.path.join(self.backup_dir, state["weights"]))
         self.step = int(state["step"])
         if self.best_checkpoint is not None and state.get("best") is not None:
-            self.best_checkpoint.best = float(state["best"])
+            if hasattr(self.best_checkpoint, "restore_best"):
+                self.best_checkpoint.restore_best(state["best"])
+            else:  # a Keras ModelCheckpoint
+                self.best_checkpoint.best = float(state["best"])
         return self.step
 
     def save(self):
@@ -185,15 +191,232 @@ class StepBackup(keras.callbacks.Callback):
         self._remove_weights()
 
 
+# The entry a checkpoint written here carries inside its `.keras` archive: the monitored score it was saved with.
+# Keras reads only its own entries, so the file stays an ordinary `.keras` model; the score travels with the model
+# it describes (one file, one atomic rename), so no crash can pair a model with another model's score.
+SCORE_ENTRY = "vit_keras_score.json"
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in str(path)
+
+
+def save_checkpoint(model, path: str, score: dict | None = None) -> None:
+    """Save `model` to the `.keras` file `path` atomically, with `score` stored inside (see `checkpoint_score`).
+
+    The model is written to a temporary file beside `path` and renamed into place, so a crash or SIGKILL at any
+    moment leaves the previous `path` intact. Remote paths (gs://) are assembled locally and copied up; object
+    stores only show an object once its upload completes.
+
+    Example:
+        >>> save_checkpoint(model, "run/checkpoints/best.keras", {"monitor": "val_accuracy", "value": 0.97})
+        ... # doctest: +SKIP
+    """
+    import zipfile
+
+    from vit_keras.files import atomic_file
+
+    def write(target):
+        model.save(target)
+        if score is not None:
+            with zipfile.ZipFile(target, "a") as archive:
+                archive.writestr(SCORE_ENTRY, json.dumps(score))
+
+    if _is_remote(path):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as scratch:
+            local = os.path.join(scratch, os.path.basename(path))
+            write(local)
+            _gfile().copy(local, path, overwrite=True)
+        return
+    with atomic_file(path) as tmp:
+        write(tmp)
+
+
+def checkpoint_score(path: str) -> dict | None:
+    """The score stored in a checkpoint `save_checkpoint` wrote, e.g. `{"monitor": "val_accuracy", "mode": "max",
+    "value": 0.97, "epoch": 3}`; None for a missing, unreadable or unscored file.
+
+    Example:
+        >>> checkpoint_score("run/checkpoints/best.keras")["value"]  # doctest: +SKIP
+        0.97
+    """
+    import zipfile
+
+    gfile = _gfile()
+    if not gfile.exists(path):
+        return None
+    try:
+        with gfile.GFile(path, "rb") as handle, zipfile.ZipFile(handle) as archive:
+            score = json.loads(archive.read(SCORE_ENTRY))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    return score if isinstance(score, dict) and isinstance(score.get("value"), int | float) else None
+
+
+def _readable_keras_file(path: str) -> bool:
+    import zipfile
+
+    try:
+        with _gfile().GFile(path, "rb") as handle, zipfile.ZipFile(handle) as archive:
+            return "config.json" in archive.namelist()
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return False
+
+
+class BestCheckpoint(keras.callbacks.Callback):
+    """Keep the best model by `monitor` in `path`, replacing it only by a strictly better epoch, across runs.
+
+    The score is stored inside the file (`checkpoint_score`), so a resumed run, or a second run into a finished
+    output directory, starts from the score of the `best.keras` already there and keeps it unless it beats it;
+    the log says which happened. Non-finite scores never replace anything. A `best.keras` without a score (written
+    by another tool, or for another metric) is moved aside to `best.previous.keras` before the first replacement;
+    an unreadable one (a truncated write) is replaced. Writes are atomic (`save_checkpoint`).
+
+    Example:
+        >>> best = BestCheckpoint("run/checkpoints/best.keras", "val_accuracy", "max")  # doctest: +SKIP
+        >>> best.best  # the stored score, or None  # doctest: +SKIP
+    """
+
+    def __init__(self, path: str, monitor: str = "val_loss", mode: str = "min"):
+        super().__init__()
+        if mode not in ("min", "max"):
+            raise ValueError(f"`mode` must be 'min' or 'max', got {mode!r}.")
+        self.path, self.monitor, self.mode = path, monitor, mode
+        self.best: float | None = None
+        self.earlier_best: float | None = None  # the score already in `path` when this run began
+        self.run_best: float | None = None  # this run's best epoch, saved or not
+        self._set_aside = False
+        score = checkpoint_score(path)
+        if score is not None and score.get("monitor") == monitor and score.get("mode", mode) == mode:
+            self.best = self.earlier_best = float(score["value"])
+            logger.warning("%s holds %s %.6g from an earlier run (epoch %s); it is replaced only by a better epoch.",
+                           path, monitor, self.best, score.get("epoch"))
+        elif _gfile().exists(path):
+            self._set_aside = _readable_keras_file(path)
+            logger.warning("%s has no recorded %s (%s): the first scored epoch replaces it%s.", path, monitor,
+                           "another metric or an unscored file" if self._set_aside else "unreadable, e.g. a cut write",
+                           f", after moving it to {self._previous_path()}" if self._set_aside else "")
+
+    def _previous_path(self) -> str:
+        return self.path[: -len(".keras")] + ".previous.keras" if self.path.endswith(".keras") else self.path + ".prev"
+
+    def is_better(self, value: float) -> bool:
+        """Whether `value` strictly beats the best score so far (always, when there is none)."""
+        if not np.isfinite(value):
+            return False
+        if self.best is None:
+            return True
+        return value > self.best if self.mode == "max" else value < self.best
+
+    def restore_best(self, value) -> None:
+        """Adopt `value` (from a resume backup) as the best so far unless the stored score is already better."""
+        if value is not None and self.is_better(float(value)):
+            self.best = float(value)
+
+    def summary(self) -> str:
+        """One line on what `path` holds after the run and why.
+
+        Example:
+            >>> best.summary()  # doctest: +SKIP
+            'best.keras kept: val_accuracy 0.97 from an earlier run beats this run's best, 0.95'
+        """
+        if self.earlier_best is not None and self.best == self.earlier_best:
+            return (f"{self.path} kept: {self.monitor} {self.earlier_best:.6g} from an earlier run; this run's best "
+                    f"was {'none' if self.run_best is None else f'{self.run_best:.6g}'}, not better")
+        if self.best is None:
+            return f"{self.path}: no epoch had a finite {self.monitor}"
+        return f"{self.path}: {self.monitor} {self.best:.6g}" + (
+            f", beating {self.earlier_best:.6g} from an earlier run" if self.earlier_best is not None else "")
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None:
+            logger.warning("%s: no %r in this epoch's logs (%s); best checkpoint not updated.", self.path,
+                           self.monitor, sorted(logs or {}))
+            return
+        value = float(value)
+        if np.isfinite(value):
+            pick = max if self.mode == "max" else min
+            self.run_best = value if self.run_best is None else pick(value, self.run_best)
+        if not self.is_better(value):
+            logger.info("Epoch %d: %s %.6g does not beat %.6g; %s kept.", epoch + 1, self.monitor, value,
+                        self.best, self.path)
+            return
+        if self._set_aside:
+            _gfile().rename(self.path, self._previous_path(), overwrite=True)
+            self._set_aside = False
+        previous = self.best
+        save_checkpoint(self.model, self.path, {"monitor": self.monitor, "mode": self.mode, "value": value,
+                                                "epoch": epoch + 1})
+        self.best = value
+        logger.info("Epoch %d: %s improved from %s to %.6g; saved %s.", epoch + 1, self.monitor,
+                    "nothing" if previous is None else f"{previous:.6g}", value, self.path)
+
+
+class LastCheckpoint(keras.callbacks.Callback):
+    """The model at the end of each epoch in `path`, written atomically; never a model whose loss is not finite.
+
+    Example:
+        >>> last = LastCheckpoint("run/checkpoints/last.keras")  # doctest: +SKIP
+    """
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+
+    def on_epoch_end(self, epoch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not np.isfinite(float(loss)):
+            logger.warning("Epoch %d ended with loss %s: %s not written.", epoch + 1, loss, self.path)
+            return
+        metrics = {key: float(value) for key, value in (logs or {}).items() if np.ndim(value) == 0}
+        save_checkpoint(self.model, self.path, {"monitor": "epoch", "value": epoch + 1, "metrics": metrics})
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training stopped because the loss became NaN or infinite (see `StopOnNonFiniteLoss`)."""
+
+
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Stop training with a `NonFiniteLossError` the moment the loss is NaN or infinite.
+
+    List it first: it raises before any later callback of the same step could write the diverged weights, so
+    `best.keras`, `last.keras` and the resume backup keep the last good state. (Keras' `TerminateOnNaN` stops
+    quietly instead, and the epoch-end callbacks would then save NaN weights.)
+
+    Example:
+        >>> callbacks = [StopOnNonFiniteLoss(learning_rate=0.03), *checkpoint_callbacks("ckpt", "loss", "min")]
+        ... # doctest: +SKIP
+    """
+
+    def __init__(self, learning_rate=None):
+        super().__init__()
+        self.learning_rate = learning_rate
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is None or np.isfinite(float(np.asarray(loss))):
+            return
+        update = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        raise NonFiniteLossError(
+            f"The training loss became {float(np.asarray(loss))} at optimizer update {update}: training stopped, "
+            "and the checkpoints and resume backup keep the last finite state. Try a lower learning rate"
+            + (f" (this run used {self.learning_rate})" if self.learning_rate is not None else "")
+            + ", more warmup steps, gradient clipping (clipnorm), precision='float32', and check the inputs for "
+            "NaN or infinite values."
+        )
+
+
 def checkpoint_callbacks(checkpoint_dir: str, monitor: str, mode: str):
-    """`best.keras` (by `monitor`) and `last.keras`, both loadable with `keras.models.load_model`.
+    """`best.keras` (by `monitor`, kept across runs unless beaten) and `last.keras`, both written atomically and
+    loadable with `keras.models.load_model`.
 
     Example:
         >>> best, last = checkpoint_callbacks("out/checkpoints", "val_accuracy", "max")  # doctest: +SKIP
     """
     _gfile().makedirs(checkpoint_dir)
-    best = keras.callbacks.ModelCheckpoint(
-        os.path.join(checkpoint_dir, "best.keras"), monitor=monitor, mode=mode, save_best_only=True, verbose=0
-    )
-    last = keras.callbacks.ModelCheckpoint(os.path.join(checkpoint_dir, "last.keras"), verbose=0)
+    best = BestCheckpoint(os.path.join(checkpoint_dir, "best.keras"), monitor=monitor, mode=mode)
+    last = LastCheckpoint(os.path.join(checkpoint_dir, "last.keras"))
     return [best, last]

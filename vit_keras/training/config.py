@@ -10,10 +10,35 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 
 SCHEDULES = ("cosine", "linear", "constant")
 OPTIMIZERS = ("sgd", "adamw")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+
+
+CROPS = ("inception", "resize")
+
+
+def _not_integer(value) -> bool:
+    return isinstance(value, bool) or not float(value).is_integer()
+
+
+def _check_number(name: str, value, *, low: float, high: float | None = None, low_open: bool = False,
+                  high_open: bool = True, hint: str = "") -> None:
+    """Raise a `ValueError` naming `name` unless `value` is a finite number in the stated interval."""
+    interval = ("(" if low_open else "[") + f"{low:g}, " + ("inf)" if high is None else
+                                                            f"{high:g}" + (")" if high_open else "]"))
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    inside = math.isfinite(number) and (number > low if low_open else number >= low)
+    if high is not None:
+        inside = inside and (number < high if high_open else number <= high)
+    if not inside or isinstance(value, bool):
+        raise ValueError(f"`{name}` must be a finite number in {interval}, got {value!r}" + (f": {hint}." if hint
+                                                                                             else "."))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +106,44 @@ class TrainConfig:
                 f"batch_size {self.batch_size} is not divisible by accumulation_steps {self.accumulation_steps}: "
                 "each update averages accumulation_steps equal micro-batches."
             )
-        if self.learning_rate <= 0:
-            raise ValueError(f"`learning_rate` must be positive, got {self.learning_rate}.")
+        self._check_ranges()
+
+    def _check_ranges(self) -> None:
+        """Refuse values that would train nothing, for ever, or into NaN, naming the field and what it takes."""
+        _check_number("learning_rate", self.learning_rate, low=0.0, low_open=True,
+                      hint="the peak learning rate, e.g. 0.03 (finetune) or 1e-3 (pretrain)")
+        _check_number("end_learning_rate", self.end_learning_rate, low=0.0, hint="0 decays to zero")
+        for name in ("weight_decay", "mixup_alpha"):
+            _check_number(name, getattr(self, name), low=0.0, hint="0 turns it off")
+        for name in ("label_smoothing", "dropout_rate", "attention_dropout_rate", "momentum", "beta_1", "beta_2"):
+            _check_number(name, getattr(self, name), low=0.0, high=1.0, hint="a fraction in [0, 1)")
+        if self.clipnorm is not None:
+            _check_number("clipnorm", self.clipnorm, low=0.0, low_open=True, hint="None turns clipping off")
+        for name in ("steps_per_epoch", "backup_every"):
+            value = getattr(self, name)
+            if value is not None and (_not_integer(value) or value < 1):
+                raise ValueError(f"`{name}` must be a positive integer or None (the default), got {value!r}.")
+        for name, low in (("shuffle_buffer", 1), ("log_images", 0), ("warmup_steps", 0)):
+            value = getattr(self, name)
+            if _not_integer(value) or value < low:
+                raise ValueError(f"`{name}` must be an integer >= {low}, got {value!r}.")
+        if self.image_size is not None:
+            sizes = self.image_size if isinstance(self.image_size, tuple | list) else (self.image_size,)
+            if any(_not_integer(size) or size < 1 for size in sizes):
+                raise ValueError(f"`image_size` must be a positive integer (or None: the model's), got "
+                                 f"{self.image_size!r}.")
+        if self.crop not in CROPS:
+            raise ValueError(f"`crop` must be one of {CROPS}, got {self.crop!r}.")
+        if self.randaugment is not None:
+            try:
+                num_ops, factor = self.randaugment
+            except (TypeError, ValueError):
+                raise ValueError(f"`randaugment` must be (num_ops, factor) or None, got {self.randaugment!r}.") \
+                    from None
+            if _not_integer(num_ops) or num_ops < 1:
+                raise ValueError(f"`randaugment` num_ops must be a positive integer, got {num_ops!r}.")
+            _check_number("randaugment factor", factor, low=0.0, high=1.0, high_open=False,
+                          hint="the strength of each operation in [0, 1]")
 
     @property
     def micro_batch_size(self) -> int:

@@ -110,9 +110,55 @@ def _segments(start: int, total: int, per_epoch: int):
     return segments
 
 
+# The share of the training split held out for model selection when no validation split is named.
+VALIDATION_FRACTION = 0.1
+
+
+def holdout_splits(train_split: str, validation_fraction: float = VALIDATION_FRACTION) -> tuple[str, str]:
+    """The tfds split strings that hold out the last `validation_fraction` of `train_split` for validation.
+
+    Model selection (best checkpoint, early decisions) then never sees the test split, as the paper holds out
+    part of the training data for its hyper-parameter choices. tfds stores examples shuffled, so the held-out
+    slice is a random sample of the split, the same on every machine.
+
+    Example:
+        >>> holdout_splits("train", 0.1)
+        ('train[:90%]', 'train[90%:]')
+    """
+    if not 0.0 < float(validation_fraction) < 1.0:
+        raise ValueError(
+            f"validation_fraction must lie in (0, 1), got {validation_fraction!r}: it is the share of the training "
+            "split held out for validation (e.g. 0.1)."
+        )
+    if any(mark in train_split for mark in "[]+"):
+        raise ValueError(
+            f"Cannot hold out validation data from the composite split {train_split!r}: name the validation split "
+            "yourself (validation_split='...', e.g. 'train[90%:]' beside train_split='train[:90%]')."
+        )
+    percent = f"{100.0 * (1.0 - float(validation_fraction)):.6g}"
+    return f"{train_split}[:{percent}%]", f"{train_split}[{percent}%:]"
+
+
+def _resolve_splits(train_data, validation_data, train_split, validation_split, validation_fraction):
+    """(train split, validation split): a held-out slice of the training split unless a split is named."""
+    if validation_data is None or validation_split is not None or not isinstance(validation_data, str):
+        return train_split, validation_split
+    if not isinstance(train_data, str) or train_data != validation_data:
+        raise ValueError(
+            f"validation_data={validation_data!r} without validation_split holds out part of the training split, "
+            f"but the training data is {train_data!r}, not that dataset: pass validation_split (e.g. 'validation' "
+            "or 'test') to validate on a split of it."
+        )
+    held_train, held_validation = holdout_splits(train_split, validation_fraction)
+    logger.info("Validating on %s[%s], held out from the training split (%s for training).",
+                validation_data, held_validation, held_train)
+    return held_train, held_validation
+
+
 def train(build_model, train_data, config, *, output_dir: str, validation_data=None, train_split: str = "train",
-          validation_split: str = "test", data_dir: str | None = None, strategy=None, tpu: str | None = None,
-          num_classes: int | None = None, verbose="auto") -> TrainResult:
+          validation_split: str | None = None, validation_fraction: float = VALIDATION_FRACTION,
+          data_dir: str | None = None, strategy=None, tpu: str | None = None, num_classes: int | None = None,
+          verbose="auto") -> TrainResult:
     """Train the model `build_model()` returns on `train_data` with `config` (see `finetune` / `pretrain`).
 
     `build_model` is called inside the strategy's scope under the chosen dtype policy, so its variables land on
@@ -143,6 +189,8 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
     import keras
     import tensorflow as tf
 
+    train_split, validation_split = _resolve_splits(train_data, validation_data, train_split, validation_split,
+                                                    validation_fraction)
     strategy = strategy or select_strategy(tpu=tpu)
     plan = plan_execution(strategy, config.precision, config.jit_compile)
     if config.deterministic and plan.jit_compile:
@@ -190,6 +238,19 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
         keras.config.set_dtype_policy(previous_policy)
 
 
+def _write_text(path: str, text: str) -> None:
+    import tensorflow as tf
+
+    if "://" in path:  # object stores show an object only once its upload completes
+        with tf.io.gfile.GFile(path, "w") as handle:
+            handle.write(text)
+        return
+    from vit_keras.files import atomic_file
+
+    with atomic_file(path) as tmp, open(tmp, "w") as handle:
+        handle.write(text)
+
+
 def _fit(model, strategy, plan, config, train_split_data, validation, classes, size, output_dir, verbose):
     import keras
     import tensorflow as tf
@@ -235,6 +296,8 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, s
         validation_dataset = data.eval_pipeline(validation.dataset, image_size=size, batch_size=config.micro_batch_size,
                                                 num_classes=classes, cache=config.cache)
     callbacks = [
+        # First: it raises before any later callback of the same step can save diverged weights.
+        cb.StopOnNonFiniteLoss(learning_rate=config.learning_rate),
         # Per-epoch only: its batch axis restarts at 0 on every fit() (one per resume); TrainingMonitor writes
         # the batch curves keyed by optimizer updates instead.
         keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch"),
@@ -256,11 +319,15 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, s
 
     updates = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
     metrics = {key: float(values[-1]) for key, values in history.items()}
+    best_summary = best_checkpoint.summary()
+    (logger.warning if best_checkpoint.earlier_best is not None else logger.info)(best_summary)
     if chief:
-        with tf.io.gfile.GFile(os.path.join(output_dir, "results.json"), "w") as handle:
-            json.dump({"updates": updates, "metrics": metrics, "config": config.to_dict(),
-                       "policy": plan.policy, "jit_compile": plan.jit_compile, "notes": list(plan.notes)},
-                      handle, indent=2, default=str)
+        results = json.dumps({"updates": updates, "metrics": metrics, "config": config.to_dict(),
+                              "policy": plan.policy, "jit_compile": plan.jit_compile, "notes": list(plan.notes),
+                              "best_checkpoint": {"monitor": monitor, "value": best_checkpoint.best,
+                                                  "summary": best_summary}},
+                             indent=2, default=str)
+        _write_text(os.path.join(output_dir, "results.json"), results)
     backup.discard()
     if not chief:
         shutil.rmtree(work_dir, ignore_errors=True)
