@@ -112,7 +112,7 @@ def _segments(start: int, total: int, per_epoch: int):
 
 def train(build_model, train_data, config, *, output_dir: str, validation_data=None, train_split: str = "train",
           validation_split: str = "test", data_dir: str | None = None, strategy=None, tpu: str | None = None,
-          num_classes: int | None = None, verbose="auto") -> TrainResult:
+          num_classes: int | None = None, verbose="auto", callbacks=()) -> TrainResult:
     """Train the model `build_model()` returns on `train_data` with `config` (see `finetune` / `pretrain`).
 
     `build_model` is called inside the strategy's scope under the chosen dtype policy, so its variables land on
@@ -129,7 +129,8 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
 
     `output_dir` receives `logs/` (TensorBoard), `checkpoints/best.keras` and `last.keras`, `backup/` (deleted
     when the run completes) and `results.json`. Running the same call again after an interruption resumes at
-    the last backed-up step. Returns a `TrainResult`.
+    the last backed-up step. `callbacks` are further Keras callbacks, run after the run's own. Returns a
+    `TrainResult`.
 
     Example:
         >>> from vit_keras.training import pretrain, train
@@ -185,12 +186,13 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
                 jit_compile=plan.jit_compile,
             )
         return _fit(model, strategy, plan, config, train_split_data, validation, classes, (height, width),
-                    output_dir, verbose)
+                    output_dir, verbose, list(callbacks))
     finally:
         keras.config.set_dtype_policy(previous_policy)
 
 
-def _fit(model, strategy, plan, config, train_split_data, validation, classes, size, output_dir, verbose):
+def _fit(model, strategy, plan, config, train_split_data, validation, classes, size, output_dir, verbose,
+         extra_callbacks):
     import keras
     import tensorflow as tf
 
@@ -244,6 +246,7 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, s
         best_checkpoint,
         last_checkpoint,
         backup,
+        *extra_callbacks,
     ]
     history: dict = {}
     for first_epoch, end_epoch, steps, start_step in _segments(start, total_micro, micro_per_epoch):

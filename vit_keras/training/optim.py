@@ -288,8 +288,10 @@ class AdamW(RecipeOptimizerMixin, OptaxClipMixin, keras.optimizers.AdamW):
         self.assign_sub(variable, ops.multiply(learning_rate, step))
 
     def _use_weight_decay(self, variable):
-        # big_vision decays the kernels only; the name list stays as a second guard for custom layers.
-        return variable.name == "kernel" and super()._use_weight_decay(variable)
+        # big_vision decays the kernels only; the name list stays as a second guard for custom layers. Under
+        # TensorFlow the decay sees the backing tf.Variable, named "kernel:0".
+        name = variable.name.split(":")[0].rsplit("/", 1)[-1]
+        return name == "kernel" and super()._use_weight_decay(variable)
 
 
 def make_schedule(config) -> WarmupDecay:
