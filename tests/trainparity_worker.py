@@ -127,7 +127,9 @@ def main(out):
     for kind, accumulation in MIRRORED_RUNS:
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         if kind == "compiled":
-            initial, snapshots, losses = run_compiled(accumulation, strategy=strategy)
+            # XLA cannot place MirroredStrategy's per-device variables in train_on_batch's step; train() plans
+            # its own compilation (the "train" run).
+            initial, snapshots, losses = run_compiled(accumulation, jit_compile=False, strategy=strategy)
         else:
             initial, snapshots = run_train(accumulation, os.path.join(out, f"run{accumulation}"), strategy=strategy)
             losses = None
