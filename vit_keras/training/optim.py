@@ -154,7 +154,7 @@ def clip_by_global_norm(grads, max_norm):
     Example:
         >>> import numpy as np
         >>> [np.asarray(g).tolist() for g in clip_by_global_norm([np.array([3.0]), np.array([4.0])], 1.0)]
-        [[0.6000000238418579], [0.800000011920929]]
+        [[0.6], [0.8]]
     """
     present = [g for g in grads if g is not None]
     norm = ops.sqrt(sum(ops.sum(ops.square(ops.cast(g, "float32"))) for g in present))
