@@ -181,6 +181,21 @@ class SGD(RecipeOptimizerMixin, keras.optimizers.SGD):
     """`keras.optimizers.SGD` whose gradient clipping sees the gradient summed over replicas."""
 
 
+def _storage_dtype(trace_dtype: str) -> str:
+    """bfloat16, except under MultiWorkerMirroredStrategy, whose collective broadcast of new variables has no
+    bfloat16 kernel: there the trace is stored in float32 holding the same bfloat16-rounded values (same
+    arithmetic, same checkpoints once loaded; only the memory saving is lost)."""
+    if trace_dtype != "bfloat16" or keras.backend.backend() != "tensorflow":
+        return trace_dtype
+    import tensorflow as tf
+
+    strategy = tf.distribute.get_strategy()
+    collective = getattr(tf.distribute.experimental, "MultiWorkerMirroredStrategy", ())
+    if isinstance(strategy, (tf.distribute.MultiWorkerMirroredStrategy, collective)):
+        return "float32"
+    return trace_dtype
+
+
 @keras.saving.register_keras_serializable(package="vit_keras")
 class TraceSGD(RecipeOptimizerMixin, OptaxClipMixin, keras.optimizers.Optimizer):
     """SGD with momentum exactly as vit_jax fine-tunes: `optax.sgd(schedule, momentum, accumulator_dtype=bfloat16)`.
@@ -221,7 +236,7 @@ class TraceSGD(RecipeOptimizerMixin, OptaxClipMixin, keras.optimizers.Optimizer)
             return
         super().build(variables)
         self._traces = [
-            self.add_variable(shape=v.shape, initializer="zeros", dtype=self.trace_dtype,
+            self.add_variable(shape=v.shape, initializer="zeros", dtype=_storage_dtype(self.trace_dtype),
                               name=f"{v.path.replace('/', '_')}_trace", layout=getattr(v, "_layout", None))
             for v in variables
         ]
@@ -237,7 +252,7 @@ class TraceSGD(RecipeOptimizerMixin, OptaxClipMixin, keras.optimizers.Optimizer)
         decay = ops.cast(ops.cast(self.momentum, self.trace_dtype), dtype)
         new_trace = ops.add(gradient, ops.multiply(decay, ops.cast(trace, dtype)))
         self.assign_sub(variable, ops.multiply(ops.cast(learning_rate, dtype), new_trace))
-        self.assign(trace, ops.cast(new_trace, self.trace_dtype))
+        self.assign(trace, ops.cast(ops.cast(new_trace, self.trace_dtype), trace.dtype))
 
     def get_config(self):
         config = super().get_config()
