@@ -36,11 +36,17 @@ def _load(path):
         return {key: archive[key] for key in archive.files}
 
 
-def _assert_same_weights(a, b):
+# Adam with optax's epsilon (1e-8, inside the bias correction) gives elements whose gradient is float32 noise
+# an O(1) update direction, so another summation order moves them by a few % of one step (3e-3 here); an
+# accumulation error would move every element by a whole step.
+ADAMW_TOLERANCE = 3e-4  # a tenth of one step
+
+
+def _assert_same_weights(a, b, atol=WEIGHT_TOLERANCE):
     keys = sorted(k for k in a if k.startswith("w"))
     assert keys and keys == sorted(k for k in b if k.startswith("w"))
     for key in keys:
-        np.testing.assert_allclose(a[key], b[key], rtol=0, atol=WEIGHT_TOLERANCE, err_msg=key)
+        np.testing.assert_allclose(a[key], b[key], rtol=0, atol=atol, err_msg=key)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +72,7 @@ def test_accumulation_under_mirrored_equals_one_big_batch_on_one_device(tmp_path
     for name in ("sgd", "adamw"):
         single, accumulated = _load(tmp_path / f"{name}_single.npz"), _load(tmp_path / f"{name}_accumulated.npz")
         assert int(accumulated["replicas"]) == 2 and int(accumulated["updates"]) == 6
-        _assert_same_weights(single, accumulated)
+        _assert_same_weights(single, accumulated, ADAMW_TOLERANCE if name == "adamw" else WEIGHT_TOLERANCE)
         head = "w" + str(len([k for k in single if k.startswith("w")]) - 2)
         assert np.abs(single[head]).max() > 1e-3, name  # the zero-initialised head did train
 

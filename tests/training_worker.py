@@ -50,7 +50,8 @@ def main(mode, out, data_dir):
     elif mode == "accumulation":
         recipes = {
             # A clip norm this small is active on every update, so its place (after averaging) matters.
-            "sgd": config().replace(clipnorm=0.05),
+            # float32 trace: a bfloat16 one turns float32 reordering noise into whole bfloat16 rounding steps.
+            "sgd": config().replace(clipnorm=0.05, trace_dtype="float32"),
             "adamw": config().replace(optimizer="adamw", learning_rate=3e-3, weight_decay=0.1),
         }
         for name, recipe in recipes.items():

@@ -158,7 +158,7 @@ def _resolve_splits(train_data, validation_data, train_split, validation_split, 
 def train(build_model, train_data, config, *, output_dir: str, validation_data=None, train_split: str = "train",
           validation_split: str | None = None, validation_fraction: float = VALIDATION_FRACTION,
           data_dir: str | None = None, strategy=None, tpu: str | None = None, num_classes: int | None = None,
-          verbose="auto") -> TrainResult:
+          verbose="auto", callbacks=()) -> TrainResult:
     """Train the model `build_model()` returns on `train_data` with `config` (see `finetune` / `pretrain`).
 
     `build_model` is called inside the strategy's scope under the chosen dtype policy, so its variables land on
@@ -175,7 +175,8 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
 
     `output_dir` receives `logs/` (TensorBoard), `checkpoints/best.keras` and `last.keras`, `backup/` (deleted
     when the run completes) and `results.json`. Running the same call again after an interruption resumes at
-    the last backed-up step. Returns a `TrainResult`.
+    the last backed-up step. `callbacks` are further Keras callbacks, run after the run's own. Returns a
+    `TrainResult`.
 
     Example:
         >>> from vit_keras.training import pretrain, train
@@ -233,7 +234,7 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
                 jit_compile=plan.jit_compile,
             )
         return _fit(model, strategy, plan, config, train_split_data, validation, classes, (height, width),
-                    output_dir, verbose)
+                    output_dir, verbose, list(callbacks))
     finally:
         keras.config.set_dtype_policy(previous_policy)
 
@@ -251,7 +252,8 @@ def _write_text(path: str, text: str) -> None:
         handle.write(text)
 
 
-def _fit(model, strategy, plan, config, train_split_data, validation, classes, size, output_dir, verbose):
+def _fit(model, strategy, plan, config, train_split_data, validation, classes, size, output_dir, verbose,
+         extra_callbacks):
     import keras
     import tensorflow as tf
 
@@ -307,6 +309,7 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, s
         best_checkpoint,
         last_checkpoint,
         backup,
+        *extra_callbacks,
     ]
     history: dict = {}
     for first_epoch, end_epoch, steps, start_step in _segments(start, total_micro, micro_per_epoch):

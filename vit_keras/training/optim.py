@@ -7,8 +7,10 @@ import math
 import keras
 from keras import ops
 
-# Biases, norm parameters, the class token and position embeddings carry no weight decay (big_vision decays
-# kernels only); matched as substrings of the variable names.
+from vit_keras.training.config import TRACE_DTYPES
+
+# Biases, norm parameters, the class token and position embeddings carry no weight decay: big_vision decays the
+# parameters named `kernel` only (`wd_mults = [(".*/kernel$", 1.0)]`); matched as substrings of the variable names.
 NO_DECAY = ("bias", "gamma", "beta", "cls", "pos_embedding")
 
 
@@ -110,8 +112,8 @@ class RecipeOptimizerMixin:
         accumulators = [self._accumulated_gradients[self._get_variable_index(v)] for v in trainable_variables]
         summed = context.all_reduce("SUM", list(grads))
         totals = [g + tf.cast(a.value, g.dtype) for g, a in zip(summed, accumulators)]
-        # Keras' plain clip: `summed` already is the global gradient, the mixin's own all-reduce would double it.
-        update_grads = keras.optimizers.Optimizer._clip_gradients(self, [t / steps for t in totals])
+        # The optimizer's own clip without the mixin's all-reduce: `summed` already is the global gradient.
+        update_grads = super()._clip_gradients([t / steps for t in totals])
         learning_rate = self.learning_rate
         variables = [v.value if isinstance(v, keras.Variable) else v for v in trainable_variables]
         slots = [a.value for a in accumulators]
@@ -146,14 +148,165 @@ class RecipeOptimizerMixin:
         )
 
 
+def clip_by_global_norm(grads, max_norm):
+    """optax's `clip_by_global_norm`: `g` if the global norm is below `max_norm`, else `(g / norm) * max_norm`.
+
+    Example:
+        >>> import numpy as np
+        >>> [np.asarray(g).tolist() for g in clip_by_global_norm([np.array([3.0]), np.array([4.0])], 1.0)]
+        [[0.6], [0.8]]
+    """
+    present = [g for g in grads if g is not None]
+    norm = ops.sqrt(sum(ops.sum(ops.square(ops.cast(g, "float32"))) for g in present))
+    below = ops.less(norm, max_norm)
+
+    def clip(g):
+        return ops.where(below, g, ops.multiply(ops.divide(g, ops.cast(norm, g.dtype)), ops.cast(max_norm, g.dtype)))
+
+    return [None if g is None else clip(g) for g in grads]
+
+
+class OptaxClipMixin:
+    """Global-norm clipping with optax's arithmetic (divide by the norm, multiply by the bound) instead of Keras'
+    (multiply by `min(1/norm, 1/bound) · bound`): the same function, rounded as vit_jax and big_vision round it."""
+
+    def _clip_gradients(self, grads):
+        if self.global_clipnorm and self.global_clipnorm > 0 and not self.clipnorm and not self.clipvalue:
+            return clip_by_global_norm(grads, self.global_clipnorm)
+        return super()._clip_gradients(grads)
+
+
 @keras.saving.register_keras_serializable(package="vit_keras")
 class SGD(RecipeOptimizerMixin, keras.optimizers.SGD):
     """`keras.optimizers.SGD` whose gradient clipping sees the gradient summed over replicas."""
 
 
+def _storage_dtype(trace_dtype: str) -> str:
+    """bfloat16, except under MultiWorkerMirroredStrategy, whose collective broadcast of new variables has no
+    bfloat16 kernel: there the trace is stored in float32 holding the same bfloat16-rounded values (same
+    arithmetic, same checkpoints once loaded; only the memory saving is lost)."""
+    if trace_dtype != "bfloat16" or keras.backend.backend() != "tensorflow":
+        return trace_dtype
+    import tensorflow as tf
+
+    strategy = tf.distribute.get_strategy()
+    collective = getattr(tf.distribute.experimental, "MultiWorkerMirroredStrategy", ())
+    if isinstance(strategy, (tf.distribute.MultiWorkerMirroredStrategy, collective)):
+        return "float32"
+    return trace_dtype
+
+
 @keras.saving.register_keras_serializable(package="vit_keras")
-class AdamW(RecipeOptimizerMixin, keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW` whose gradient clipping sees the gradient summed over replicas."""
+class TraceSGD(RecipeOptimizerMixin, OptaxClipMixin, keras.optimizers.Optimizer):
+    """SGD with momentum exactly as vit_jax fine-tunes: `optax.sgd(schedule, momentum, accumulator_dtype=bfloat16)`.
+
+    Per update, with `g` the (averaged, clipped) gradient and `lr` the schedule at the update count (0 first):
+
+        trace_new = g + momentum · trace          # in float32; `momentum` rounded to the trace's dtype first
+        variable  = variable − lr · trace_new     # the float32 new trace, not the stored one
+        trace     = trace_new rounded to `trace_dtype`
+
+    Unlike `keras.optimizers.SGD`, whose buffer accumulates `lr · g` (so a learning rate that changes during warmup
+    and decay weighs past gradients differently), the trace holds raw gradients and the current learning rate
+    scales the whole trace. With `trace_dtype="bfloat16"` (vit_jax's `accumulator_dtype`) the trace takes half the
+    memory and the momentum itself rounds to bfloat16 (0.9 → 0.8984375), as in optax under XLA; `"float32"`
+    keeps it exact. The trace is an optimizer variable: saved with the model and restored bit for bit.
+
+    Example:
+        >>> import keras
+        >>> optimizer = TraceSGD(learning_rate=0.1, momentum=0.9, trace_dtype="float32")
+        >>> w = keras.Variable([1.0])
+        >>> optimizer.apply([keras.ops.convert_to_tensor([1.0])], [w])
+        >>> optimizer.apply([keras.ops.convert_to_tensor([1.0])], [w])
+        >>> round(float(w.numpy()[0]), 4)  # 1 − 0.1·1 − 0.1·(1 + 0.9·1)
+        0.71
+    """
+
+    def __init__(self, learning_rate=0.01, momentum=0.9, trace_dtype="bfloat16", name="trace_sgd", **kwargs):
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        if not 0 <= momentum < 1:
+            raise ValueError(f"TraceSGD: `momentum` must lie in [0, 1), got {momentum}.")
+        if trace_dtype not in TRACE_DTYPES:
+            raise ValueError(f"TraceSGD: `trace_dtype` must be one of {TRACE_DTYPES}, got {trace_dtype!r}.")
+        self.momentum = float(momentum)
+        self.trace_dtype = trace_dtype
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self._traces = [
+            self.add_variable(shape=v.shape, initializer="zeros", dtype=_storage_dtype(self.trace_dtype),
+                              name=f"{v.path.replace('/', '_')}_trace", layout=getattr(v, "_layout", None))
+            for v in variables
+        ]
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        gradient = ops.cast(gradient, dtype)
+        trace = self._traces[self._get_variable_index(variable)]
+        # optax writes `g + decay * trace` with `decay` a Python float, which becomes a constant of the trace's
+        # dtype (0.9 → 0.8984375 in bfloat16); XLA then keeps the product in float32 (its default excess
+        # precision) and only the stored trace is rounded. Rounding the product to bfloat16 as well moves the
+        # parameters 40-90x further from vit_jax's than this (measured on the parity fixture).
+        decay = ops.cast(ops.cast(self.momentum, self.trace_dtype), dtype)
+        new_trace = ops.add(gradient, ops.multiply(decay, ops.cast(trace, dtype)))
+        self.assign_sub(variable, ops.multiply(ops.cast(learning_rate, dtype), new_trace))
+        self.assign(trace, ops.cast(ops.cast(new_trace, self.trace_dtype), trace.dtype))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"momentum": self.momentum, "trace_dtype": self.trace_dtype})
+        return config
+
+
+@keras.saving.register_keras_serializable(package="vit_keras")
+class AdamW(RecipeOptimizerMixin, OptaxClipMixin, keras.optimizers.AdamW):
+    """AdamW as big_vision pre-trains: optax's `scale_by_adam` with decoupled weight decay on kernels.
+
+    Keras' Adam puts epsilon outside the bias correction (`lr·√(1−β₂ᵗ)/(1−β₁ᵗ) · m / (√v + ε)`, so the effective
+    epsilon is `ε/√(1−β₂ᵗ)`, 32× larger at the first step); optax divides each moment by its correction first:
+
+        m = (1−β₁)·g + β₁·m;   v = (1−β₂)·g² + β₂·v
+        variable −= lr · (m / (1−β₁ᵗ)) / (√(v / (1−β₂ᵗ)) + ε)
+
+    with ε = 1e-8 (optax's default). Weight decay is Keras' decoupled `variable −= lr · weight_decay · variable`,
+    which is big_vision's `wd · schedule_multiplier · variable` with `wd = weight_decay · base learning rate`
+    (big_vision's ViT configs pair `lr = 1e-3` with `wd = 1e-4`: `weight_decay = 0.1` here).
+
+    Example:
+        >>> AdamW(learning_rate=1e-3, weight_decay=0.1).epsilon
+        1e-08
+    """
+
+    def __init__(self, learning_rate=0.001, weight_decay=0.004, beta_1=0.9, beta_2=0.999, epsilon=1e-8, **kwargs):
+        super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, beta_1=beta_1, beta_2=beta_2,
+                         epsilon=epsilon, **kwargs)
+
+    def update_step(self, gradient, variable, learning_rate):
+        if self.amsgrad:
+            return super().update_step(gradient, variable, learning_rate)
+        dtype = variable.dtype
+        learning_rate = ops.cast(learning_rate, dtype)
+        gradient = ops.cast(gradient, dtype)
+        index = self._get_variable_index(variable)
+        m, v = self._momentums[index], self._velocities[index]
+        beta_1, beta_2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
+        count = ops.cast(self.iterations + 1, dtype)
+        new_m = ops.add(ops.multiply(1.0 - beta_1, gradient), ops.multiply(beta_1, m))
+        new_v = ops.add(ops.multiply(1.0 - beta_2, ops.square(gradient)), ops.multiply(beta_2, v))
+        m_hat = ops.divide(new_m, 1.0 - ops.power(beta_1, count))
+        v_hat = ops.divide(new_v, 1.0 - ops.power(beta_2, count))
+        self.assign(m, new_m)
+        self.assign(v, new_v)
+        step = ops.divide(m_hat, ops.add(ops.sqrt(v_hat), ops.cast(self.epsilon, dtype)))
+        self.assign_sub(variable, ops.multiply(learning_rate, step))
+
+    def _use_weight_decay(self, variable):
+        # big_vision decays the kernels only; the name list stays as a second guard for custom layers. Under
+        # TensorFlow the decay sees the backing tf.Variable, named "kernel:0".
+        name = variable.name.split(":")[0].rsplit("/", 1)[-1]
+        return name == "kernel" and super()._use_weight_decay(variable)
 
 
 def make_schedule(config) -> WarmupDecay:
@@ -169,11 +322,12 @@ def make_schedule(config) -> WarmupDecay:
 
 
 def make_optimizer(config) -> keras.optimizers.Optimizer:
-    """SGD with momentum (fine-tune) or AdamW (pre-train), with the recipe's clipping and accumulation.
+    """vit_jax's SGD with momentum (fine-tune, `TraceSGD`) or big_vision's AdamW (pre-train), with the recipe's
+    clipping and accumulation.
 
-    Keras' `gradient_accumulation_steps` averages the gradients of that many micro-batches, then clips and
-    applies them once; the schedule advances per update (see `RecipeOptimizerMixin`), so k micro-batches of b
-    equal one batch of k·b.
+    Keras' `gradient_accumulation_steps` averages the gradients of that many micro-batches (summed, then divided,
+    as vit_jax's `accumulate_gradient`), then clips and applies them once; the schedule advances per update (see
+    `RecipeOptimizerMixin`), so k micro-batches of b equal one batch of k·b.
 
     Example:
         >>> from vit_keras.training import finetune
@@ -188,7 +342,7 @@ def make_optimizer(config) -> keras.optimizers.Optimizer:
     if config.optimizer == "sgd":
         if config.weight_decay:
             common["weight_decay"] = config.weight_decay
-        optimizer = SGD(momentum=config.momentum, **common)
+        optimizer = TraceSGD(momentum=config.momentum, trace_dtype=config.trace_dtype, **common)
     else:
         optimizer = AdamW(
             beta_1=config.beta_1, beta_2=config.beta_2, weight_decay=config.weight_decay, **common
