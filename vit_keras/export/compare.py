@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from vit_keras.export.lite import quantize_input, tflite, tflite_predict
+from vit_keras.export.lite import check_tflite_images, quantize_input, tflite, tflite_predict
 from vit_keras.export.serving import saved_model
 from vit_keras.export.signatures import SERVING_DEFAULT, describe_model
 
@@ -196,6 +196,7 @@ def measure_latency(model_or_path, image, runs=50, num_threads=None) -> float:
         from ai_edge_litert.interpreter import Interpreter
 
         interpreter = Interpreter(model_path=os.fspath(model_or_path), num_threads=num_threads)
+        check_tflite_images(model_or_path, interpreter.get_input_details()[0], image)
         interpreter.allocate_tensors()
         runner = interpreter.get_signature_runner(SERVING_DEFAULT)
         image = quantize_input(runner, image)

@@ -262,6 +262,24 @@ def quantize_input(runner, images):
     return np.clip(np.round(np.asarray(images) / scale + zero_point), info.min, info.max).astype(detail["dtype"])
 
 
+def check_tflite_images(path, input_detail, images) -> None:
+    """Raise a `ValueError` naming the file and both sizes unless `images` is (batch, H, W, C) as the TFLite
+    file at `path` takes them (`input_detail`: the interpreter's input details); the interpreter would resize
+    its input and reshape the image into a different number of rows, or fail deep inside a kernel.
+
+    Example:
+        >>> check_tflite_images("vit.tflite", {"shape": np.array([1, 32, 32, 3])}, np.zeros((2, 32, 32, 3)))
+    """
+    expected = tuple(int(size) for size in input_detail["shape"][1:])
+    received = tuple(np.shape(images))
+    if len(received) != 4 or received[1:] != expected:
+        height, width = expected[:2]
+        raise ValueError(
+            f"{os.fspath(path)} takes images of shape (batch, {', '.join(map(str, expected))}), got {received}; "
+            f"resize them to {height}x{width} (e.g. tf.image.resize) first."
+        )
+
+
 def tflite_predict(path, images, num_threads=None) -> dict:
     """Run a TFLite file from `tflite()` on float images (N, H, W, 3) in [0, 255] with ai_edge_litert.
 
@@ -277,10 +295,7 @@ def tflite_predict(path, images, num_threads=None) -> dict:
     images = np.asarray(images, dtype=np.float32)
     interpreter = Interpreter(model_path=os.fspath(path), num_threads=num_threads)
     detail = interpreter.get_input_details()[0]
-    if images.ndim != 4 or tuple(images.shape[1:]) != tuple(detail["shape"][1:]):
-        raise ValueError(
-            f"images must be (batch, {', '.join(map(str, detail['shape'][1:]))}), got shape {images.shape}."
-        )
+    check_tflite_images(path, detail, images)
     interpreter.resize_tensor_input(detail["index"], list(images.shape))
     interpreter.allocate_tensors()
     runner = interpreter.get_signature_runner(SERVING_DEFAULT)
