@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from vit_keras.configs import VARIANTS
+from vit_keras.files import atomic_file, refuse_existing
 
 
 def parse_grid(text: str) -> tuple[int, int]:
@@ -58,6 +59,7 @@ def register(subparsers) -> None:
     parser.add_argument("--source-grid", type=parse_grid, default=None, metavar="ROWS,COLS",
                         help="the checkpoint's stored patch grid, needed only when it is not square")
     parser.add_argument("--sha256", default=None, help="expected sha256 of a URL source")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing destination file")
     parser.set_defaults(func=run)
 
 
@@ -118,6 +120,7 @@ def run(args) -> int:
     destination = args.destination
     if not destination.endswith((".weights.h5", ".keras")):
         raise ValueError(f"destination {destination!r} must end in .weights.h5 or .keras")
+    refuse_existing(destination, args.overwrite, "--overwrite")  # before anything is downloaded or converted
     architecture = VARIANTS[args.model].model_kwargs() if args.model else None
     info = describe(args.source, architecture=architecture, sha256=args.sha256)
     if info.format == "keras":
@@ -130,10 +133,11 @@ def run(args) -> int:
                   classifier_activation=None)
     model = ViT(**kwargs, weights=None)
     load_into(model, info, interpolation=args.interpolation, source_grid=args.source_grid)
-    if destination.endswith(".keras"):
-        model.save(destination)
-    else:
-        model.save_weights(destination)
+    with atomic_file(destination, overwrite=args.overwrite, flag="--overwrite") as tmp:
+        if destination.endswith(".keras"):
+            model.save(tmp)
+        else:
+            model.save_weights(tmp)
     print(f"wrote {destination} ({model.count_params():,} parameters)")
     print("rebuild with: vit_keras.ViT(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")")
     return 0

@@ -225,9 +225,9 @@ def export_and_compare(
 ):
     """Export `model` to every deployment format and compare each with the Keras model on held-out `images`.
 
-    Writes `<output_dir>/saved_model/1/` (TF Serving layout, replaced if present) and
-    `<output_dir>/vit_{float32,float16,dynamic_int8,int8}.tflite`, then prints a table of size, top-1
-    agreement with Keras, max abs difference, accuracy (with `labels`) and, with `latency_runs > 0`, the
+    Writes `<output_dir>/saved_model/1/` (TF Serving layout) and
+    `<output_dir>/vit_{float32,float16,dynamic_int8,int8}.tflite`, replacing earlier ones, then prints a table of
+    size, top-1 agreement with Keras, max abs difference, accuracy (with `labels`) and, with `latency_runs > 0`, the
     median CPU latency of a batch-1 call.
 
     Args:
@@ -283,7 +283,7 @@ def export_and_compare(
             path = tflite(
                 model, os.path.join(output_dir, FORMATS[name]), quantization=quantization,
                 representative_dataset=representative_dataset if quantization == "int8" else None,
-                include_preprocessing=include_preprocessing,
+                include_preprocessing=include_preprocessing, overwrite=True,
             )
         latency = measure_latency(path, images[:1], latency_runs, num_threads) if latency_runs else None
         predicted = exported_predict(path, images, num_threads=num_threads)

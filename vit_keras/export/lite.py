@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 
 from vit_keras.export.signatures import SERVING_DEFAULT, describe_model, float32_model, images_spec, model_outputs
+from vit_keras.files import atomic_file, refuse_existing
 
 QUANTIZATIONS = (None, "float16", "dynamic_int8", "int8")
 DEFAULT_CALIBRATION_SAMPLES = 100
@@ -169,6 +170,7 @@ def tflite(
     max_calibration_samples=DEFAULT_CALIBRATION_SAMPLES,
     include_preprocessing=None,
     integer_io=False,
+    overwrite=False,
 ):
     """Convert `model` to a TFLite file, with builtin TFLite ops only.
 
@@ -180,7 +182,8 @@ def tflite(
 
     Args:
         model: a vit_keras model with a fixed image size.
-        path: the `.tflite` file to write (replaced if it exists).
+        path: the `.tflite` file to write; written to a temporary name beside it and renamed into place, so a
+            failure leaves neither a partial file nor a temporary one.
         quantization: None (float32), `"float16"` (float16 weights), `"dynamic_int8"` (int8 weights,
             activations quantised on the fly) or `"int8"` (full integer: weights and activations; float32
             input and output unless `integer_io`).
@@ -191,6 +194,7 @@ def tflite(
         integer_io: with `"int8"`, make the input uint8 pixels and the output uint8 too (for accelerators
             such as the Edge TPU that run integer-only graphs); the output's scale and zero point are in the
             interpreter's output details (`tflite_predict` dequantises it).
+        overwrite: replace an existing `path` (otherwise it is a `ValueError`, raised before converting).
 
     Returns:
         `path`.
@@ -203,6 +207,8 @@ def tflite(
     import tensorflow as tf
 
     quantization = _check_quantization(quantization)
+    path = os.fspath(path)
+    refuse_existing(path, overwrite)
     spec = describe_model(model, include_preprocessing)
     calibration = None
     if quantization == "int8":
@@ -238,12 +244,8 @@ def tflite(
     custom = non_builtin_operators(flatbuffer)
     if custom:
         raise RuntimeError(f"The converted model contains non-builtin ops {custom}; refusing to write it.")
-    path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
+    with atomic_file(path, overwrite=overwrite) as tmp, open(tmp, "wb") as f:
         f.write(flatbuffer)
-    os.replace(tmp, path)
     return path
 
 
