@@ -43,6 +43,8 @@ def run(args) -> int:
     from vit_keras.images import check_image_file
     from vit_keras.models import decode_predictions
 
+    for path in args.images:  # every file is checked before a model is built or weights downloaded
+        check_image_file(path)
     if args.weights is None and not args.random_weights:
         raise ValueError(
             "no --weights given: an untrained model prints ImageNet labels at chance (0.001 each). Pass --weights "
@@ -51,8 +53,6 @@ def run(args) -> int:
         )
     if args.weights is not None and args.random_weights:
         raise ValueError("--random-weights and --weights contradict each other; pass one of them.")
-    for path in args.images:  # every file is checked before a model is built or weights downloaded
-        check_image_file(path)
     model = build_model(args)
     if args.random_weights:
         print("warning: --random-weights: the model is untrained, its predictions are meaningless", file=sys.stderr)
