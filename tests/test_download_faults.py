@@ -71,8 +71,8 @@ SHA256 = hashlib.sha256(BODY).hexdigest()
 
 
 def test_a_server_that_stalls_after_the_headers_times_out(cache, server, monkeypatch):
-    monkeypatch.setenv(download.TIMEOUT_ENV, "5,1")
-    with pytest.raises(ValueError, match=r"ckpt.bin' timed out \(5 s to connect, 1 s without data\); nothing was "
+    monkeypatch.setenv(download.TIMEOUT_ENV, "30,1")  # the server stalls for less than 30 s
+    with pytest.raises(ValueError, match=r"ckpt.bin' timed out \(30 s to connect, 1 s without data\); nothing was "
                                          rf"kept.*{download.TIMEOUT_ENV}"):
         download.fetch(server.url("stall"), sha256=SHA256)
     # While it stalled, the partial file had its .incomplete name, never the final one; now nothing is left.
