@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from vit_keras.configs import VARIANTS
+from vit_keras.files import atomic_file, refuse_existing
 
 
 def parse_grid(text: str) -> tuple[int, int]:
@@ -61,6 +62,7 @@ def register(subparsers) -> None:
     parser.add_argument("--source-grid", type=parse_grid, default=None, metavar="ROWS,COLS",
                         help="the checkpoint's stored patch grid, needed only when it is not square")
     parser.add_argument("--sha256", default=None, help="expected sha256 of a URL source")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing destination file")
     parser.set_defaults(func=run)
 
 
@@ -154,13 +156,14 @@ def run(args) -> int:
     destination = args.destination
     if not destination.endswith((".weights.h5", ".keras")):
         raise ValueError(f"destination {destination!r} must end in .weights.h5 or .keras")
+    refuse_existing(destination, args.overwrite, "--overwrite")  # before anything is downloaded or converted
     architecture = VARIANTS[args.model].model_kwargs() if args.model else None
     info = describe(args.source, architecture=architecture, sha256=args.sha256)
     if info.format == "keras":
         raise ValueError("the source is already a Keras weights file")
     if args.model is None and args.source_grid is None and needs_family_builder(info):
         model = _convert_family(args, info)
-        _write(model, destination)
+        _write(model, destination, overwrite=args.overwrite)
         print(f"rebuild with: vit_keras.from_pretrained({args.source!r}) (the .keras file carries the architecture)")
         return 0
     kwargs = model_kwargs(args, info)
@@ -171,14 +174,15 @@ def run(args) -> int:
                   classifier_activation=None)
     model = ViT(**kwargs, weights=None)
     load_into(model, info, interpolation=args.interpolation or "linear", source_grid=args.source_grid)
-    _write(model, destination)
+    _write(model, destination, overwrite=args.overwrite)
     print("rebuild with: vit_keras.ViT(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")")
     return 0
 
 
-def _write(model, destination) -> None:
-    if destination.endswith(".keras"):
-        model.save(destination)
-    else:
-        model.save_weights(destination)
+def _write(model, destination, overwrite: bool) -> None:
+    with atomic_file(destination, overwrite=overwrite, flag="--overwrite") as tmp:
+        if destination.endswith(".keras"):
+            model.save(tmp)
+        else:
+            model.save_weights(tmp)
     print(f"wrote {destination} ({model.count_params():,} parameters)")

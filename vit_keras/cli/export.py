@@ -12,6 +12,7 @@ import argparse
 import os
 
 from vit_keras.cli.common import add_model_arguments, build_model
+from vit_keras.files import refuse_existing
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 
@@ -35,9 +36,10 @@ def register(subparsers) -> None:
         help="a .keras file to export (loaded with safe_mode=True); otherwise --model/--weights build one",
     )
     add_model_arguments(parser)
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing SavedModel version directory or .tflite file")
     group = parser.add_argument_group("SavedModel")
     group.add_argument("--version", type=int, default=1, help="version sub-directory (default: 1)")
-    group.add_argument("--overwrite", action="store_true", help="replace an existing version directory")
     group.add_argument("--class-names", default=None, metavar="FILE", help="text file, one class name per line")
     group.add_argument("--top-k", type=int, default=5, help="classes returned by the top_k_* outputs (default: 5)")
     group = parser.add_argument_group("TFLite")
@@ -119,6 +121,8 @@ def run(args) -> int:
         raise ValueError(f"the TFLite output should be a .tflite file, got {args.output!r}")
     if args.export_format == "tflite" and args.quantization == "int8" and not args.calibration_images:
         raise ValueError("--quantization int8 needs --calibration-images (about 100 training images)")
+    if args.export_format == "tflite":
+        refuse_existing(args.output, args.overwrite, "--overwrite")  # before the model is built and converted
 
     model = _load_model(args)
     spec = export.describe_model(model)
@@ -154,6 +158,7 @@ def run(args) -> int:
         path = export.tflite(
             model, args.output, quantization=args.quantization, representative_dataset=calibration,
             max_calibration_samples=args.calibration_samples, integer_io=args.integer_io,
+            overwrite=args.overwrite,
         )
         operators = export.tflite_operators(path)
         print(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from vit_keras.cli.common import add_model_arguments, build_model
 
 
@@ -17,32 +19,43 @@ def register(subparsers) -> None:
     parser.add_argument("images", nargs="+", help="image files (JPEG, PNG, BMP, GIF)")
     add_model_arguments(parser)
     parser.add_argument("--top", type=int, default=5, help="how many classes to print per image")
+    parser.add_argument("--random-weights", action="store_true",
+                        help="run without --weights (untrained: the printed classes mean nothing)")
     parser.set_defaults(func=run)
 
 
 def load_image(path: str, size):
-    """Decode an image file to a float32 (H, W, 3) RGB array in [0, 255], resized like vit_jax's eval.
+    """Decode an image file to a float32 (H, W, 3) RGB array in [0, 255], resized like vit_jax's eval; a
+    `ValueError` names the file when it is missing, not JPEG/PNG/GIF/BMP, corrupt or above the pixel limit.
 
     Example:
         >>> load_image("cat.jpg", (224, 224)).shape  # doctest: +SKIP
         (224, 224, 3)
     """
-    import os
+    from vit_keras.images import read_image
 
-    import tensorflow as tf
-
-    if not os.path.isfile(path):
-        raise ValueError(f"image file {path!r} does not exist")
-    image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
-    return tf.image.resize(tf.cast(image, tf.float32), size).numpy()
+    return read_image(path, size)
 
 
 def run(args) -> int:
     import numpy as np
 
+    from vit_keras.images import check_image_file
     from vit_keras.models import decode_predictions
 
+    for path in args.images:  # every file is checked before a model is built or weights downloaded
+        check_image_file(path)
+    if args.weights is None and not args.random_weights:
+        raise ValueError(
+            "no --weights given: an untrained model prints ImageNet labels at chance (0.001 each). Pass --weights "
+            "(a registered name such as imagenet21k+imagenet2012, a checkpoint file or a URL), or --random-weights "
+            "to run the untrained model anyway."
+        )
+    if args.weights is not None and args.random_weights:
+        raise ValueError("--random-weights and --weights contradict each other; pass one of them.")
     model = build_model(args)
+    if args.random_weights:
+        print("warning: --random-weights: the model is untrained, its predictions are meaningless", file=sys.stderr)
     size = model.input_shape[1:3]
     batch = np.stack([load_image(path, size) for path in args.images])
     scores = model.predict_on_batch(batch)

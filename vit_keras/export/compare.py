@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from vit_keras import hardware
-from vit_keras.export.lite import quantize_input, tflite, tflite_predict
+from vit_keras.export.lite import check_tflite_images, quantize_input, tflite, tflite_predict
 from vit_keras.export.serving import saved_model
 from vit_keras.export.signatures import SERVING_DEFAULT, describe_model
 
@@ -197,6 +197,7 @@ def measure_latency(model_or_path, image, runs=50, num_threads=None) -> float:
         from ai_edge_litert.interpreter import Interpreter
 
         interpreter = Interpreter(model_path=os.fspath(model_or_path), num_threads=num_threads)
+        check_tflite_images(model_or_path, interpreter.get_input_details()[0], image)
         interpreter.allocate_tensors()
         runner = interpreter.get_signature_runner(SERVING_DEFAULT)
         image = quantize_input(runner, image)
@@ -227,9 +228,9 @@ def export_and_compare(
 ):
     """Export `model` to every deployment format and compare each with the Keras model on held-out `images`.
 
-    Writes `<output_dir>/saved_model/1/` (TF Serving layout, replaced if present) and
-    `<output_dir>/vit_{float32,float16,dynamic_int8,int8}.tflite`, then prints a table of size, top-1
-    agreement with Keras, max abs difference, accuracy (with `labels`) and, with `latency_runs > 0`, the
+    Writes `<output_dir>/saved_model/1/` (TF Serving layout) and
+    `<output_dir>/vit_{float32,float16,dynamic_int8,int8}.tflite`, replacing earlier ones, then prints a table of
+    size, top-1 agreement with Keras, max abs difference, accuracy (with `labels`) and, with `latency_runs > 0`, the
     median CPU latency of a batch-1 call.
 
     Args:
@@ -285,7 +286,7 @@ def export_and_compare(
             path = tflite(
                 model, os.path.join(output_dir, FORMATS[name]), quantization=quantization,
                 representative_dataset=representative_dataset if quantization == "int8" else None,
-                include_preprocessing=include_preprocessing,
+                include_preprocessing=include_preprocessing, overwrite=True,
             )
         latency = measure_latency(path, images[:1], latency_runs, num_threads) if latency_runs else None
         predicted = exported_predict(path, images, num_threads=num_threads)

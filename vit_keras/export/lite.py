@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 
 from vit_keras.export.signatures import SERVING_DEFAULT, describe_model, float32_model, images_spec, model_outputs
+from vit_keras.files import atomic_file, refuse_existing
 
 QUANTIZATIONS = (None, "float16", "dynamic_int8", "int8")
 DEFAULT_CALIBRATION_SAMPLES = 100
@@ -169,6 +170,7 @@ def tflite(
     max_calibration_samples=DEFAULT_CALIBRATION_SAMPLES,
     include_preprocessing=None,
     integer_io=False,
+    overwrite=False,
 ):
     """Convert `model` to a TFLite file, with builtin TFLite ops only.
 
@@ -180,7 +182,8 @@ def tflite(
 
     Args:
         model: a vit_keras model with a fixed image size.
-        path: the `.tflite` file to write (replaced if it exists).
+        path: the `.tflite` file to write; written to a temporary name beside it and renamed into place, so a
+            failure leaves neither a partial file nor a temporary one.
         quantization: None (float32), `"float16"` (float16 weights), `"dynamic_int8"` (int8 weights,
             activations quantised on the fly) or `"int8"` (full integer: weights and activations; float32
             input and output unless `integer_io`).
@@ -191,6 +194,7 @@ def tflite(
         integer_io: with `"int8"`, make the input uint8 pixels and the output uint8 too (for accelerators
             such as the Edge TPU that run integer-only graphs); the output's scale and zero point are in the
             interpreter's output details (`tflite_predict` dequantises it).
+        overwrite: replace an existing `path` (otherwise it is a `ValueError`, raised before converting).
 
     Returns:
         `path`.
@@ -203,6 +207,8 @@ def tflite(
     import tensorflow as tf
 
     quantization = _check_quantization(quantization)
+    path = os.fspath(path)
+    refuse_existing(path, overwrite)
     spec = describe_model(model, include_preprocessing)
     calibration = None
     if quantization == "int8":
@@ -238,12 +244,8 @@ def tflite(
     custom = non_builtin_operators(flatbuffer)
     if custom:
         raise RuntimeError(f"The converted model contains non-builtin ops {custom}; refusing to write it.")
-    path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
+    with atomic_file(path, overwrite=overwrite) as tmp, open(tmp, "wb") as f:
         f.write(flatbuffer)
-    os.replace(tmp, path)
     return path
 
 
@@ -262,6 +264,24 @@ def quantize_input(runner, images):
     return np.clip(np.round(np.asarray(images) / scale + zero_point), info.min, info.max).astype(detail["dtype"])
 
 
+def check_tflite_images(path, input_detail, images) -> None:
+    """Raise a `ValueError` naming the file and both sizes unless `images` is (batch, H, W, C) as the TFLite
+    file at `path` takes them (`input_detail`: the interpreter's input details); the interpreter would resize
+    its input and reshape the image into a different number of rows, or fail deep inside a kernel.
+
+    Example:
+        >>> check_tflite_images("vit.tflite", {"shape": np.array([1, 32, 32, 3])}, np.zeros((2, 32, 32, 3)))
+    """
+    expected = tuple(int(size) for size in input_detail["shape"][1:])
+    received = tuple(np.shape(images))
+    if len(received) != 4 or received[1:] != expected:
+        height, width = expected[:2]
+        raise ValueError(
+            f"{os.fspath(path)} takes images of shape (batch, {', '.join(map(str, expected))}), got {received}; "
+            f"resize them to {height}x{width} (e.g. tf.image.resize) first."
+        )
+
+
 def tflite_predict(path, images, num_threads=None) -> dict:
     """Run a TFLite file from `tflite()` on float images (N, H, W, 3) in [0, 255] with ai_edge_litert.
 
@@ -277,10 +297,7 @@ def tflite_predict(path, images, num_threads=None) -> dict:
     images = np.asarray(images, dtype=np.float32)
     interpreter = Interpreter(model_path=os.fspath(path), num_threads=num_threads)
     detail = interpreter.get_input_details()[0]
-    if images.ndim != 4 or tuple(images.shape[1:]) != tuple(detail["shape"][1:]):
-        raise ValueError(
-            f"images must be (batch, {', '.join(map(str, detail['shape'][1:]))}), got shape {images.shape}."
-        )
+    check_tflite_images(path, detail, images)
     interpreter.resize_tensor_input(detail["index"], list(images.shape))
     interpreter.allocate_tensors()
     runner = interpreter.get_signature_runner(SERVING_DEFAULT)

@@ -251,6 +251,30 @@ def images_spec(spec: ServingSpec, batch_size=None):
     return tf.TensorSpec((batch_size, *spec.image_size, 3), tf.float32, name=IMAGES_INPUT)
 
 
+def check_image_size(images, spec: ServingSpec):
+    """`images` behind a run-time check that they are (batch, H, W, 3) at the model's size.
+
+    A SavedModel's signature states its input shape, but TF Serving and a loaded signature feed tensors of any
+    shape into the graph; without this check a 64x64 image given to a 32x32 model would come back as 4 rows.
+    The request fails instead, with a message (relayed by TF Serving) that says the size the model takes.
+
+    Example:
+        >>> check_image_size(tf.zeros((1, 224, 224, 3)), spec).shape  # doctest: +SKIP
+        TensorShape([1, 224, 224, 3])
+    """
+    import tensorflow as tf
+
+    height, width = spec.image_size
+    expected = tf.constant([height, width, 3], dtype=tf.int32)
+    check = tf.debugging.assert_equal(
+        tf.shape(images)[1:], expected,
+        message=(f"'{IMAGES_INPUT}' must be float32 (batch, {height}, {width}, 3) RGB images in [0, 255]; resize "
+                 f"them to {height}x{width} (the received height, width, channels are x below)"),
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(images)
+
+
 def decode_images(image_bytes, image_size):
     """Decode a batch of encoded JPEG/PNG/GIF/BMP strings to float RGB (batch, H, W, 3) in [0, 255].
 
@@ -281,6 +305,7 @@ def serving_functions(model, spec: ServingSpec, top_k: int = 5, class_names=None
 
     @tf.function(input_signature=[images_spec(spec)], autograph=False)
     def serve_images(images):
+        images = check_image_size(images, spec)
         return with_top_k(model_outputs(model, spec, images), spec, top_k, class_names)
 
     @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name=BYTES_INPUT)], autograph=False)

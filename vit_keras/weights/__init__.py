@@ -22,6 +22,7 @@ from collections.abc import Callable
 from vit_keras.weights import download, google, hf, json_config, registry, timm
 from vit_keras.weights.assign import assign_params
 from vit_keras.weights.infer import infer_config_fields
+from vit_keras.weights.keras_h5 import load_keras_weights
 from vit_keras.weights.registry import REGISTRY, WeightsEntry
 from vit_keras.weights.resample import check_interpolation, check_source_grid
 from vit_keras.weights.safetensors_io import read_safetensors, refuse_pickle
@@ -311,18 +312,7 @@ def load_into(model, info: CheckpointInfo, *, interpolation: str = "linear", sou
                 f"{info.path!r} is a Keras weights file, loaded as saved; drop source_grid or build the model at "
                 "the size that saved it."
             )
-        if not os.path.isfile(info.path):
-            raise ValueError(f"Weights file {info.path!r} does not exist; check the path.")
-        try:
-            model.load_weights(info.path)
-        except OSError as error:  # h5py: not HDF5, truncated, or unreadable
-            raise ValueError(f"{info.path!r} is not a readable Keras weights file ({error}); save or download "
-                             "it again.") from error
-        except ValueError as error:
-            raise ValueError(
-                f"{info.path!r} does not fit this model ({error}); build the model with the same "
-                "arguments as the one that saved the weights."
-            ) from error
+        load_keras_weights(model, info.path)
         return
     _check_numerics(model, info)
     params = info.read(model_config(model).num_heads)

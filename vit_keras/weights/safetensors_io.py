@@ -10,6 +10,8 @@ import ml_dtypes
 import numpy as np
 
 PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".pkl")
+# Integer buffers a PyTorch state dict may carry next to the weights (not weights themselves).
+INDEX_BUFFERS = ("position_ids", "num_batches_tracked", "relative_position_index")
 
 
 def refuse_pickle(path: str) -> None:
@@ -56,7 +58,8 @@ def _read_raw(path: str) -> dict[str, np.ndarray]:
 
 
 def read_safetensors(path: str) -> dict[str, np.ndarray]:
-    """All tensors of a safetensors file as NumPy arrays (bfloat16 and float16 become float32).
+    """All tensors of a safetensors file as NumPy arrays (bfloat16 and float16 become float32); an integer or
+    boolean tensor is refused with a `ValueError` naming it, except PyTorch's index buffers (`INDEX_BUFFERS`).
 
     Example:
         >>> read_safetensors("model.safetensors")["cls_token"].shape  # doctest: +SKIP
@@ -78,6 +81,13 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
     for name, value in tensors.items():
         if value.dtype == np.dtype(ml_dtypes.bfloat16) or np.issubdtype(value.dtype, np.floating):
             out[name] = np.asarray(value, np.float32)
+        elif name.rsplit(".", 1)[-1] in INDEX_BUFFERS:
+            out[name] = value  # integer bookkeeping PyTorch saves beside the weights; never loaded as a weight
         else:
-            out[name] = value
+            # Weights are floating point; an integer or boolean array under a weight's name would be cast to
+            # float in silence downstream (the .npz reader refuses them the same way).
+            raise ValueError(
+                f"{path!r}: tensor {name!r} has dtype {value.dtype}; expected floating-point weights. The file is "
+                "not a float checkpoint (quantised or damaged); export the model's float weights again."
+            )
     return out
