@@ -75,7 +75,7 @@ POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "none")
 DEFAULT_IMAGE_SIZE = 224
 
 
-def _check_positive_int(name, value, *, allow_none=False, allow_zero=False):
+def check_positive_int(name, value, *, allow_none=False, allow_zero=False):
     if value is None and allow_none:
         return None
     low = 0 if allow_zero else 1
@@ -91,7 +91,7 @@ def _check_rate(name, value):
     return float(value)
 
 
-def _check_hw(name, value):
+def check_hw(name, value):
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         value = (value, value)
     if (
@@ -163,14 +163,14 @@ class ViTConfig:
     def __post_init__(self):
         set_ = object.__setattr__
         for field in ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers"):
-            set_(self, field, _check_positive_int(field, getattr(self, field)))
-        set_(self, "num_register_tokens", _check_positive_int(
+            set_(self, field, check_positive_int(field, getattr(self, field)))
+        set_(self, "num_register_tokens", check_positive_int(
             "num_register_tokens", self.num_register_tokens, allow_zero=True))
-        set_(self, "representation_size", _check_positive_int(
+        set_(self, "representation_size", check_positive_int(
             "representation_size", self.representation_size, allow_none=True))
         set_(self, "dropout_rate", _check_rate("dropout_rate", self.dropout_rate))
         set_(self, "attention_dropout_rate", _check_rate("attention_dropout_rate", self.attention_dropout_rate))
-        set_(self, "image_size", _check_hw("image_size", self.image_size))
+        set_(self, "image_size", check_hw("image_size", self.image_size))
         set_(self, "resnet", ResNetConfig.from_any(self.resnet))
         for field in ("class_token", "distilled", "no_embed_class", "pre_norm", "layer_scale", "qkv_bias",
                       "patch_bias", "fc_norm"):

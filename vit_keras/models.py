@@ -10,7 +10,7 @@ import keras
 import numpy as np
 
 from vit_keras import weights as weights_lib
-from vit_keras.configs import DEFAULT_IMAGE_SIZE, VARIANTS, ViTConfig
+from vit_keras.configs import DEFAULT_IMAGE_SIZE, VARIANTS, ViTConfig, check_hw, check_positive_int
 from vit_keras.layers import MAPHead, PatchEncoder, Patches, ResNetStem, TokenPooling, TransformerBlock
 from vit_keras.layers.encoder import CLASSIFIERS
 from vit_keras.layers.pooling import POOLINGS
@@ -20,29 +20,11 @@ DEFAULT_LAYER_NORM_EPSILON = 1e-6
 INPUT_NAME = "images"
 
 
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-    return int(value)
-
-
-def _as_hw(value, name):
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        value = (value, value)
-    if (
-        not isinstance(value, list | tuple)
-        or len(value) != 2
-        or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1 for v in value)
-    ):
-        raise ValueError(f"`{name}` must be an int or a (height, width) pair of positive ints, got {value!r}.")
-    return (int(value[0]), int(value[1]))
-
-
 def _resolve_input_shape(image_size, input_shape, input_tensor, default=(DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE)):
     """One (height, width, channels) from the three ways keras.applications users describe the input."""
     candidates = []
     if image_size is not None:
-        candidates.append(("image_size", (*_as_hw(image_size, "image_size"), None)))
+        candidates.append(("image_size", (*check_hw("image_size", image_size), None)))
     if input_shape is not None:
         if not isinstance(input_shape, list | tuple) or len(input_shape) != 3:
             raise ValueError(
@@ -70,7 +52,7 @@ def _resolve_input_shape(image_size, input_shape, input_tensor, default=(DEFAULT
     height = height[1] if height else default[0]
     width = width[1] if width else default[1]
     channels = channels[1] if channels else 3
-    _as_hw((height, width), "image size")
+    check_hw("image size", (height, width))
     if isinstance(channels, bool) or not isinstance(channels, numbers.Integral) or channels < 1:
         raise ValueError(f"The number of channels must be a positive int, got {channels!r}.")
     return int(height), int(width), int(channels)
@@ -496,7 +478,7 @@ def decode_predictions(preds, top=5):
             f"decode_predictions expects a (batch, {len(classes)}) array of ImageNet-1k scores, got shape "
             f"{preds.shape}; use a model with classes=1000."
         )
-    top = _positive_int("top", top)
+    top = check_positive_int("top", top)
     results = []
     for row in preds:
         best = np.argsort(-row, kind="stable")[:top]

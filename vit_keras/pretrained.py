@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 
 from vit_keras import weights as weights_lib
-from vit_keras.configs import VARIANTS, ViTConfig
-from vit_keras.models import _as_hw, build_vit, check_normalization
+from vit_keras.configs import VARIANTS, ViTConfig, check_hw
+from vit_keras.models import build_vit, check_normalization
 from vit_keras.weights import registry
 from vit_keras.weights.resample import check_interpolation
 
@@ -77,7 +77,7 @@ def from_pretrained(
     if fields.get("image_size") is None:
         fields["image_size"] = (224, 224)
     if image_size is not None:
-        fields["image_size"] = _as_hw(image_size, "image_size")
+        fields["image_size"] = check_hw("image_size", image_size)
     if include_top and classes is not None and classes != info.classes:
         fields["representation_size"] = None  # fine-tuning drops pre_logits, as vit_jax load_pretrained does
     config = ViTConfig.from_dict(fields)

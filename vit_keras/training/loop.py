@@ -155,6 +155,45 @@ def _resolve_splits(train_data, validation_data, train_split, validation_split, 
     return held_train, held_validation
 
 
+def fit_segments(model, make_train_dataset, start: int, total: int, per_epoch: int, validation_dataset, callbacks,
+                 verbose) -> dict:
+    """Run `model.fit` from micro-step `start` to `total`, one call per `_segments` piece, and merge the histories.
+
+    `make_train_dataset(start_step)` returns the training data positioned at `start_step`, so a resumed run sees
+    exactly the batches an uninterrupted one would.
+
+    Example:
+        >>> history = fit_segments(model, make_dataset, 0, 100, 25, None, [], 0)  # doctest: +SKIP
+    """
+    history: dict = {}
+    for first_epoch, end_epoch, steps, start_step in _segments(start, total, per_epoch):
+        fitted = model.fit(
+            make_train_dataset(start_step), initial_epoch=first_epoch, epochs=end_epoch, steps_per_epoch=steps,
+            validation_data=validation_dataset, callbacks=callbacks, verbose=verbose, shuffle=False,
+        )
+        for key, values in fitted.history.items():
+            history.setdefault(key, []).extend(values)
+    return history
+
+
+def write_text(path: str, text: str) -> None:
+    """Write `text` to `path` atomically (temporary name, then rename); remote paths go through tf.io.gfile.
+
+    Example:
+        >>> write_text("run/results.json", "{}")  # doctest: +SKIP
+    """
+    import tensorflow as tf
+
+    if "://" in path:  # object stores show an object only once its upload completes
+        with tf.io.gfile.GFile(path, "w") as handle:
+            handle.write(text)
+        return
+    from vit_keras.files import atomic_file
+
+    with atomic_file(path) as tmp, open(tmp, "w") as handle:
+        handle.write(text)
+
+
 def train(build_model, train_data, config, *, output_dir: str, validation_data=None, train_split: str = "train",
           validation_split: str | None = None, validation_fraction: float = VALIDATION_FRACTION,
           data_dir: str | None = None, strategy=None, tpu: str | None = None, num_classes: int | None = None,
@@ -239,19 +278,6 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
         keras.config.set_dtype_policy(previous_policy)
 
 
-def _write_text(path: str, text: str) -> None:
-    import tensorflow as tf
-
-    if "://" in path:  # object stores show an object only once its upload completes
-        with tf.io.gfile.GFile(path, "w") as handle:
-            handle.write(text)
-        return
-    from vit_keras.files import atomic_file
-
-    with atomic_file(path) as tmp, open(tmp, "w") as handle:
-        handle.write(text)
-
-
 def _fit(model, strategy, plan, config, train_split_data, validation, classes, size, output_dir, verbose,
          extra_callbacks):
     import keras
@@ -311,14 +337,8 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, s
         backup,
         *extra_callbacks,
     ]
-    history: dict = {}
-    for first_epoch, end_epoch, steps, start_step in _segments(start, total_micro, micro_per_epoch):
-        fitted = model.fit(
-            make_train_dataset(start_step), initial_epoch=first_epoch, epochs=end_epoch, steps_per_epoch=steps,
-            validation_data=validation_dataset, callbacks=callbacks, verbose=verbose, shuffle=False,
-        )
-        for key, values in fitted.history.items():
-            history.setdefault(key, []).extend(values)
+    history = fit_segments(model, make_train_dataset, start, total_micro, micro_per_epoch, validation_dataset,
+                           callbacks, verbose)
 
     updates = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
     metrics = {key: float(values[-1]) for key, values in history.items()}
@@ -330,7 +350,7 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, s
                               "best_checkpoint": {"monitor": monitor, "value": best_checkpoint.best,
                                                   "summary": best_summary}},
                              indent=2, default=str)
-        _write_text(os.path.join(output_dir, "results.json"), results)
+        write_text(os.path.join(output_dir, "results.json"), results)
     backup.discard()
     if not chief:
         shutil.rmtree(work_dir, ignore_errors=True)

@@ -26,7 +26,7 @@ from vit_keras import data
 from vit_keras.files import atomic_file
 from vit_keras.training import callbacks as cb
 from vit_keras.training.config import TrainConfig
-from vit_keras.training.loop import _segments
+from vit_keras.training.loop import fit_segments, write_text
 from vit_keras.training.masked_patch import MaskedPatchModel
 from vit_keras.training.optim import make_optimizer
 from vit_keras.training.strategy import is_chief, plan_execution, prepare_keras_fit, select_strategy, worker_index
@@ -259,6 +259,8 @@ def _fit(model, strategy, plan, config, train_images, validation, size, output_d
             validation.dataset, image_size=size, batch_size=config.micro_batch_size, num_classes=1,
             cache=config.cache).map(lambda images, labels: images)
     callbacks = [
+        # First: it raises before any later callback of the same step can save diverged weights.
+        cb.StopOnNonFiniteLoss(learning_rate=config.learning_rate),
         keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch"),
         cb.TrainingMonitor(log_dir, {**config.to_dict(), **_objective(model)}, config.micro_batch_size, sample,
                            every=max(micro_per_epoch // 10, 1)),
@@ -267,14 +269,8 @@ def _fit(model, strategy, plan, config, train_images, validation, size, output_d
         last_checkpoint,
         backup,
     ]
-    history: dict = {}
-    for first_epoch, end_epoch, steps, start_step in _segments(start, total_micro, micro_per_epoch):
-        fitted = model.fit(
-            make_train_dataset(start_step), initial_epoch=first_epoch, epochs=end_epoch, steps_per_epoch=steps,
-            validation_data=validation_dataset, callbacks=callbacks, verbose=verbose, shuffle=False,
-        )
-        for key, values in fitted.history.items():
-            history.setdefault(key, []).extend(values)
+    history = fit_segments(model, make_train_dataset, start, total_micro, micro_per_epoch, validation_dataset,
+                           callbacks, verbose)
 
     updates = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
     metrics = {key: float(values[-1]) for key, values in history.items()}
@@ -285,10 +281,10 @@ def _fit(model, strategy, plan, config, train_images, validation, size, output_d
         else:
             with atomic_file(encoder_path) as path:
                 model.encoder.save(path)
-        with tf.io.gfile.GFile(os.path.join(output_dir, "results.json"), "w") as handle:
-            json.dump({"updates": updates, "metrics": metrics, "objective": _objective(model),
-                       "config": config.to_dict(), "policy": plan.policy, "jit_compile": plan.jit_compile,
-                       "notes": list(plan.notes)}, handle, indent=2, default=str)
+        write_text(os.path.join(output_dir, "results.json"), json.dumps(
+            {"updates": updates, "metrics": metrics, "objective": _objective(model), "config": config.to_dict(),
+             "policy": plan.policy, "jit_compile": plan.jit_compile, "notes": list(plan.notes)},
+            indent=2, default=str))
     backup.discard()
     if not chief:
         shutil.rmtree(work_dir, ignore_errors=True)
