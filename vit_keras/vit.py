@@ -119,7 +119,8 @@ def _build_model(image_size, patch_size, num_layers, hidden_size, num_heads, nam
         dropout_rate=dropout,
         include_top=include_top,
         include_preprocessing=False,
-        pooling="token",
+        # 0.2.0's include_top=False output is the class token's vector; with a head, the head reads it anyway.
+        pooling=None if include_top else "token",
         classes=classes,
         classifier_activation=activation,
         name=name,
@@ -225,7 +226,8 @@ def _vit(size, default_name, image_size, classes, activation, include_top, pretr
         include_top=include_top,
         include_preprocessing=False,
         weights=None,
-        pooling="token",
+        # 0.2.0's include_top=False output is the class token's vector; with a head, the head reads it anyway.
+        pooling=None if include_top else "token",
         classes=classes,
         classifier_activation=activation,
         representation_size=hidden_size if weights == "imagenet21k" else None,
