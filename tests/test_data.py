@@ -88,6 +88,64 @@ def test_inception_crop_covers_part_of_the_image_and_is_seeded():
     assert min(widths) < 90 and len(set(np.round(widths, 3))) > 10  # random boxes, mostly smaller than the image
 
 
+def _shifts_of(image, pixels=1):
+    """Every translation of `image` (H, W, C) by up to `pixels` per axis, the uncovered border filled with zeros."""
+    height, width = image.shape[:2]
+    padded = np.pad(image, [(pixels, pixels), (pixels, pixels), (0, 0)])
+    return {(dy, dx): padded[pixels - dy:pixels - dy + height, pixels - dx:pixels - dx + width]
+            for dy in range(-pixels, pixels + 1) for dx in range(-pixels, pixels + 1)}
+
+
+def _which_shift(image, source):
+    matches = [shift for shift, shifted in _shifts_of(source).items() if np.array_equal(image, shifted)]
+    assert matches, "the augmented image is not the source shifted by at most one pixel"
+    return matches[0]
+
+
+def test_random_shift_moves_the_image_by_at_most_one_pixel_and_is_seeded():
+    rng = np.random.default_rng(1)
+    image = rng.integers(1, 256, (8, 8, 3)).astype(np.float32)  # no zeros: a shift is told apart by its border
+    seen = set()
+    for seed in range(40):
+        shifted = data.random_shift(tf.constant(image), 8, tf.constant([seed, 3])).numpy()
+        assert shifted.shape == (8, 8, 3)
+        np.testing.assert_array_equal(
+            shifted, data.random_shift(tf.constant(image), 8, tf.constant([seed, 3])).numpy())
+        seen.add(_which_shift(shifted, image))
+    assert len(seen) == 9  # all nine shifts in [-1, 1]^2 occur, the unshifted image among them
+    # At another size it resizes first, then shifts by whole pixels of the output.
+    resized = tf.image.resize(image, (12, 12)).numpy()
+    _which_shift(data.random_shift(tf.constant(image), 12, tf.constant([0, 0])).numpy(), resized)
+
+
+def test_shift_crop_in_the_train_pipeline_is_deterministic_per_seed_and_absent_at_eval():
+    rng = np.random.default_rng(2)
+    images = rng.integers(1, 256, (6, 8, 8, 1), dtype=np.uint8)
+    ds = tf.data.Dataset.from_tensor_slices((images, np.arange(6)))  # label i identifies image i
+
+    def batches(seed):
+        pipeline = data.train_pipeline(ds, image_size=8, batch_size=6, num_classes=6, crop="shift", flip=False,
+                                       seed=seed, shuffle_buffer=6)
+        return [batch for _, batch in zip(range(4), pipeline.as_numpy_iterator())]
+
+    first, again, other = batches(0), batches(0), batches(1)
+    shifts = set()
+    for (x, y), (x_again, y_again) in zip(first, again):
+        assert x.shape == (6, 8, 8, 3) and x.dtype == np.float32
+        np.testing.assert_array_equal(x, x_again)
+        np.testing.assert_array_equal(y, y_again)
+        for image, label in zip(x, y.argmax(-1)):
+            source = np.repeat(images[label].astype(np.float32), 3, axis=-1)
+            shifts.add(_which_shift(image, source))
+    assert len(shifts) > 3  # the examples really move
+    assert not all(np.array_equal(a[0], b[0]) for a, b in zip(first, other))
+    evaluated = np.concatenate([x for x, _ in data.eval_pipeline(ds, image_size=8, batch_size=6,
+                                                                 num_classes=6).as_numpy_iterator()])
+    np.testing.assert_array_equal(evaluated, np.repeat(images.astype(np.float32), 3, axis=-1))  # never shifted
+    with pytest.raises(ValueError, match="`crop` must be one of .*'shift'"):
+        data.train_pipeline(ds, image_size=8, batch_size=6, num_classes=6, crop="translate")
+
+
 def test_eval_pipeline_is_a_plain_resize():
     ds, images = _grey_dataset(n=5)
     batches = list(data.eval_pipeline(ds, image_size=16, batch_size=4, num_classes=3).as_numpy_iterator())

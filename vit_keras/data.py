@@ -1,7 +1,8 @@
 """Input pipelines for training and evaluating a ViT: tfds (or any `tf.data`) -> augmented, batched images.
 
 Train: vit_jax's inception-style random crop (`sample_distorted_bounding_box`, area 5%-100%), resize, random
-flip, optionally RandAugment and MixUp (Keras core layers, run here in `tf.data`, never in the jitted model).
+flip (for small images with a blank border, `crop="shift"`: a random shift of up to one pixel instead),
+optionally RandAugment and MixUp (Keras core layers, run here in `tf.data`, never in the jitted model).
 Eval: a plain resize to the model's size, as vit_jax evaluates. Images leave as float32 RGB in [0, 255] (the
 models rescale inside the graph) and labels as one-hot float32, so MixUp's soft labels and plain labels share
 one loss.
@@ -24,6 +25,8 @@ import difflib
 import numpy as np
 
 INCEPTION_CROP_AREA = (0.05, 1.0)
+SHIFT_PIXELS = 1
+CROPS = ("inception", "resize", "shift")
 LABEL_CHECK_EXAMPLES = 4096
 
 
@@ -211,6 +214,25 @@ def resize(image, image_size):
     return _tf().image.resize(image, _as_hw(image_size))
 
 
+def random_shift(image, image_size, seed, pixels: int = SHIFT_PIXELS):
+    """A bilinear resize to `image_size`, then a random translation by up to `pixels` in each direction.
+
+    The resized image is zero-padded by `pixels` on every side and a window of `image_size` is cut from a random
+    place in it: small images with a blank border (digits, glyphs) gain shifted copies without losing their
+    ink to a crop. `seed` is a stateless seed (shape (2,) int); the same seed gives the same shift.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> random_shift(tf.zeros((8, 8, 3)), 12, tf.constant([0, 1])).shape
+        TensorShape([12, 12, 3])
+    """
+    tf = _tf()
+    height, width = _as_hw(image_size)
+    image = tf.image.resize(image, (height, width))
+    padded = tf.pad(image, [[pixels, pixels], [pixels, pixels], [0, 0]])
+    return tf.image.stateless_random_crop(padded, [height, width, tf.shape(image)[-1]], seed=seed)
+
+
 def _shard(dataset, input_context):
     if input_context is not None and input_context.num_input_pipelines > 1:
         dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
@@ -250,7 +272,8 @@ def train_pipeline(dataset, *, image_size, batch_size: int, num_classes: int, cr
         image_size: int or (height, width) of the model input.
         batch_size: global batch size; under `tf.distribute` pass the strategy's `input_context` and each
             pipeline gets its shard of the data and the per-replica batch size.
-        crop: "inception" (vit_jax train crop) or "resize" (no crop).
+        crop: "inception" (vit_jax train crop), "resize" (no crop) or "shift" (resize, then a random
+            translation by up to `SHIFT_PIXELS` pixels: `random_shift`).
         randaugment: `(num_ops, factor)` for `keras.layers.RandAugment`, or None.
         mixup_alpha: > 0 enables `keras.layers.MixUp` with that Beta(alpha, alpha).
         seed: makes shuffling and every augmentation reproducible (examples always keep their order);
@@ -264,8 +287,8 @@ def train_pipeline(dataset, *, image_size, batch_size: int, num_classes: int, cr
         TensorShape([4, 16, 16, 3])
     """
     tf = _tf()
-    if crop not in ("inception", "resize"):
-        raise ValueError(f"`crop` must be 'inception' or 'resize', got {crop!r}.")
+    if crop not in CROPS:
+        raise ValueError(f"`crop` must be one of {CROPS}, got {crop!r}.")
     per_pipeline_batch = _batch_size(batch_size, input_context)
     seed = int(np.random.SeedSequence().generate_state(1)[0] % 2**31) if seed is None else int(seed)
     parallel = tf.data.AUTOTUNE
@@ -285,7 +308,12 @@ def train_pipeline(dataset, *, image_size, batch_size: int, num_classes: int, cr
         image, label = example
         element_seed = tf.stack([tf.constant(seed, tf.int64), index])
         crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(element_seed, 2))
-        image = inception_crop(image, size, crop_seed) if crop == "inception" else resize(image, size)
+        if crop == "inception":
+            image = inception_crop(image, size, crop_seed)
+        elif crop == "shift":
+            image = random_shift(image, size, crop_seed)
+        else:
+            image = resize(image, size)
         if flip:
             image = tf.image.stateless_random_flip_left_right(image, flip_seed)
         return tf.ensure_shape(image, (*size, 3)), label

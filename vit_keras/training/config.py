@@ -18,7 +18,7 @@ PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 TRACE_DTYPES = ("bfloat16", "float32")
 
 
-CROPS = ("inception", "resize")
+CROPS = ("inception", "resize", "shift")  # data.CROPS; config is imported before data
 
 
 def _not_integer(value) -> bool:
