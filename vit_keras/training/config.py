@@ -12,13 +12,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from vit_keras.data import CROPS  # the recipes accept exactly the crops the pipeline implements
+
 SCHEDULES = ("cosine", "linear", "constant")
 OPTIMIZERS = ("sgd", "adamw")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 TRACE_DTYPES = ("bfloat16", "float32")
-
-
-CROPS = ("inception", "resize", "shift")  # data.CROPS; config is imported before data
 
 
 def _not_integer(value) -> bool:
