@@ -155,6 +155,37 @@ def _resolve_splits(train_data, validation_data, train_split, validation_split, 
     return held_train, held_validation
 
 
+@dataclasses.dataclass(frozen=True)
+class ResumedRun:
+    """Where a run stands: micro-steps per epoch and in all, the step to start from, its checkpoint callbacks."""
+
+    micro_per_epoch: int
+    total_micro: int
+    start: int
+    best_checkpoint: object
+    last_checkpoint: object
+    backup: object
+
+
+def resume_run(model, config, checkpoint_dir: str, backup_dir: str, monitor: str, mode: str) -> ResumedRun:
+    """The best/last checkpoint callbacks and the step backup of a run, with `model` restored from the backup.
+
+    Example:
+        >>> run = resume_run(model, config, "out/checkpoints", "out/backup", "val_accuracy", "max")  # doctest: +SKIP
+        >>> run.start  # doctest: +SKIP
+        0
+    """
+    micro_per_epoch = config.updates_per_epoch * config.accumulation_steps
+    total_micro = config.total_steps * config.accumulation_steps
+    best_checkpoint, last_checkpoint = cb.checkpoint_callbacks(checkpoint_dir, monitor, mode)
+    backup = cb.StepBackup(backup_dir, every=config.backup_every or max(micro_per_epoch // 4, 1),
+                           best_checkpoint=best_checkpoint)
+    start = backup.restore(model)
+    if start:
+        logger.warning("Resuming from micro-step %d of %d (backup in %s).", start, total_micro, backup_dir)
+    return ResumedRun(micro_per_epoch, total_micro, start, best_checkpoint, last_checkpoint, backup)
+
+
 def fit_segments(model, make_train_dataset, start: int, total: int, per_epoch: int, validation_dataset, callbacks,
                  verbose) -> dict:
     """Run `model.fit` from micro-step `start` to `total`, one call per `_segments` piece, and merge the histories.
@@ -295,16 +326,10 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, s
                                           batch_size=max(config.log_images, 1), num_classes=classes, cache=False)))
     prepare_keras_fit(model, strategy, tuple(np.asarray(t) for t in sample))
 
-    accumulation = config.accumulation_steps
-    micro_per_epoch = config.updates_per_epoch * accumulation
-    total_micro = config.total_steps * accumulation
     monitor = "val_accuracy" if validation is not None else "accuracy"
-    best_checkpoint, last_checkpoint = cb.checkpoint_callbacks(checkpoint_dir, monitor, "max")
-    backup = cb.StepBackup(backup_dir, every=config.backup_every or max(micro_per_epoch // 4, 1),
-                           best_checkpoint=best_checkpoint)
-    start = backup.restore(model)
-    if start:
-        logger.warning("Resuming from micro-step %d of %d (backup in %s).", start, total_micro, backup_dir)
+    run = resume_run(model, config, checkpoint_dir, backup_dir, monitor, "max")
+    micro_per_epoch, total_micro, start = run.micro_per_epoch, run.total_micro, run.start
+    best_checkpoint, last_checkpoint, backup = run.best_checkpoint, run.last_checkpoint, run.backup
 
     def make_train_dataset(skip_steps):
         def dataset_fn(input_context):

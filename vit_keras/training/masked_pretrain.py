@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import shutil
 import tempfile
@@ -26,12 +25,10 @@ from vit_keras import data
 from vit_keras.files import atomic_file
 from vit_keras.training import callbacks as cb
 from vit_keras.training.config import TrainConfig
-from vit_keras.training.loop import fit_segments, write_text
+from vit_keras.training.loop import fit_segments, resume_run, write_text
 from vit_keras.training.masked_patch import MaskedPatchModel
 from vit_keras.training.optim import make_optimizer
 from vit_keras.training.strategy import is_chief, plan_execution, prepare_keras_fit, select_strategy, worker_index
-
-logger = logging.getLogger(__name__)
 
 PAPER_STEPS, PAPER_WARMUP = 1_000_000, 10_000
 
@@ -228,16 +225,10 @@ def _fit(model, strategy, plan, config, train_images, validation, size, output_d
     sample = np.asarray(sample)
     prepare_keras_fit(model, strategy, (sample,))
 
-    accumulation = config.accumulation_steps
-    micro_per_epoch = config.updates_per_epoch * accumulation
-    total_micro = config.total_steps * accumulation
     monitor = "val_loss" if validation is not None else "loss"
-    best_checkpoint, last_checkpoint = cb.checkpoint_callbacks(checkpoint_dir, monitor, "min")
-    backup = cb.StepBackup(backup_dir, every=config.backup_every or max(micro_per_epoch // 4, 1),
-                           best_checkpoint=best_checkpoint)
-    start = backup.restore(model)
-    if start:
-        logger.warning("Resuming from micro-step %d of %d (backup in %s).", start, total_micro, backup_dir)
+    run = resume_run(model, config, checkpoint_dir, backup_dir, monitor, "min")
+    micro_per_epoch, total_micro, start = run.micro_per_epoch, run.total_micro, run.start
+    best_checkpoint, last_checkpoint, backup = run.best_checkpoint, run.last_checkpoint, run.backup
 
     def make_train_dataset(skip_steps):
         def dataset_fn(input_context):

@@ -87,6 +87,15 @@ def _google_info(path) -> CheckpointInfo:
     )
 
 
+def _stored_grid(fields: dict, config_path: str) -> tuple[int, int]:
+    """The patch grid a checkpoint's position embeddings were stored at, from its config's image and patch size."""
+    size, patch = fields["image_size"], fields["patch_size"]
+    grid = (size[0] // patch, size[1] // patch)
+    if 0 in grid:
+        raise ValueError(f"{config_path!r}: image_size {list(size)} is smaller than patch_size {patch}.")
+    return grid
+
+
 def _hf_info(directory) -> CheckpointInfo:
     config = hf.read_config(directory)
     weights_path = hf.weights_file(directory)
@@ -94,11 +103,7 @@ def _hf_info(directory) -> CheckpointInfo:
     params = hf.canonicalize(read_safetensors(weights_path), config)
     if "pre_logits/bias" in params:
         fields["representation_size"] = _shape_or_none(params, "pre_logits/bias")
-    size, patch = fields["image_size"], fields["patch_size"]
-    grid = (size[0] // patch, size[1] // patch)
-    if 0 in grid:
-        raise ValueError(f"{os.path.join(directory, hf.CONFIG_NAME)!r}: image_size {list(size)} is smaller than "
-                         f"patch_size {patch}.")
+    grid = _stored_grid(fields, os.path.join(directory, hf.CONFIG_NAME))
     return CheckpointInfo(
         path=directory, format="hf", activation=fields["activation"],
         layer_norm_epsilon=fields["layer_norm_epsilon"],
@@ -111,11 +116,7 @@ def _timm_dir_info(directory) -> CheckpointInfo:
     fields, normalization = timm.read_config(directory)
     tensors = read_safetensors(hf.weights_file(directory))
     params = timm.canonicalize(tensors, fields["num_heads"])
-    size, patch = fields["image_size"], fields["patch_size"]
-    grid = (size[0] // patch, size[1] // patch)
-    if 0 in grid:
-        raise ValueError(f"{os.path.join(directory, timm.CONFIG_NAME)!r}: image size {list(size)} is smaller than "
-                         f"patch_size {patch}.")
+    grid = _stored_grid(fields, os.path.join(directory, timm.CONFIG_NAME))
     return CheckpointInfo(
         path=directory, format="timm", activation=fields["activation"],
         layer_norm_epsilon=fields["layer_norm_epsilon"], classes=_shape_or_none(params, "head/bias"),
@@ -258,21 +259,15 @@ def architecture_of(model) -> dict:
 
 
 def model_config(model):
-    """The `ViTConfig` a vit_keras model carries (in its `patch_encoder` layer's config).
+    """The `ViTConfig` a vit_keras model carries (see `vit_keras.models.config_of`).
 
     Example:
         >>> model_config(vit_keras.ViTTi16(image_size=32)).hidden_size  # doctest: +SKIP
         192
     """
-    from vit_keras.configs import ViTConfig
+    from vit_keras.models import config_of  # models imports this package: a module-level import would cycle
 
-    try:
-        architecture = model.get_layer("patch_encoder").architecture
-    except ValueError as error:
-        raise ValueError(f"{model.name!r} is not a vit_keras model (it has no 'patch_encoder' layer).") from error
-    if architecture is None:
-        raise ValueError(f"{model.name!r} does not carry its architecture; build it with vit_keras.ViT.")
-    return ViTConfig.from_dict(architecture)
+    return config_of(model)
 
 
 def _check_numerics(model, info: CheckpointInfo) -> None:
