@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 # The peers: keras-hub (--no-deps: its tensorflow-text requirement would pull the CUDA `tensorflow` package) and
 # the earlier Keras port vit-keras 0.2.0, in a directory of its own since it also imports as `vit_keras`.
