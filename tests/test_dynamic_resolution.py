@@ -255,3 +255,11 @@ def test_attention_maps_at_the_call_time_grid(any_size_models):
     np.testing.assert_allclose(maps.heads, expected.heads, rtol=0, atol=TOLERANCE)
     np.testing.assert_allclose(inspection.attention_distances(model, x), inspection.attention_distances(fixed, x),
                                rtol=0, atol=1e-4)
+
+
+def test_masked_patch_prediction_asks_for_a_fixed_size():
+    from vit_keras.training.masked_patch import MaskedPatchModel
+
+    encoder = vit_keras.ViT(image_size=None, include_top=False, **TINY)
+    with pytest.raises(ValueError, match="fixed image_size"):
+        MaskedPatchModel(encoder)
