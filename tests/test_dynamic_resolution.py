@@ -160,7 +160,7 @@ def test_image_size_none_input_shape_and_input_tensor_give_a_model_of_any_size(h
 
 
 def test_named_constructor_of_any_size():
-    model = vit_keras.ViTTi16(image_size=None, include_top=False, pooling="token")
+    model = vit_keras.ViTTi16(image_size=None, include_top=False, pooling="token", num_layers=1)
     assert _run(model, _images((48, 80), batch=1)).shape == (1, 192)
     assert config_of(model).pos_grid == (14, 14)
 
@@ -263,3 +263,11 @@ def test_masked_patch_prediction_asks_for_a_fixed_size():
     encoder = vit_keras.ViT(image_size=None, include_top=False, **TINY)
     with pytest.raises(ValueError, match="fixed image_size"):
         MaskedPatchModel(encoder)
+
+
+def test_a_size_given_elsewhere_fixes_the_model():
+    model = vit_keras.ViT(image_size=None, input_shape=(32, 48, 3), **TINY)
+    assert config_of(model).image_size == (32, 48) and model.input_shape == (None, 32, 48, 3)
+    partly = vit_keras.ViT(input_shape=(32, None, 3), include_top=False, **TINY)
+    assert config_of(partly).image_size is None and partly.input_shape == (None, 32, None, 3)
+    assert _run(partly, _images((32, 24))).shape == (2, 1 + 4 * 3, 48)

@@ -34,7 +34,7 @@ def _resolve_input_shape(image_size, input_shape, input_tensor, default=(DEFAULT
     """One (height, width, channels) from the three ways keras.applications users describe the input.
 
     A height or width of None (`image_size=None`, `input_shape=(None, None, 3)`, or an `input_tensor` of unknown
-    size) means a model that takes any image size.
+    size) that no other argument fixes means a model that takes any image size.
     """
     candidates = []
     any_size = image_size is None
@@ -69,7 +69,7 @@ def _resolve_input_shape(image_size, input_shape, input_tensor, default=(DEFAULT
     channels = channels[1] if channels else 3
     if isinstance(channels, bool) or not isinstance(channels, numbers.Integral) or channels < 1:
         raise ValueError(f"The number of channels must be a positive int, got {channels!r}.")
-    if any_size:
+    if any_size and (height is None or width is None):
         sides = [None if side is None else check_positive_int("image size", side[1]) for side in (height, width)]
         return sides[0], sides[1], int(channels)
     height = height[1] if height else default[0]
@@ -169,7 +169,7 @@ def build_vit(
     _check_head_options(include_top, pooling, classes, classifier_activation, config)
     height, width = (None, None) if config.dynamic else config.image_size
     if input_tensor is None:
-        inputs = keras.Input(shape=(input_size or (height, width)) + (channels,), name=INPUT_NAME)
+        inputs = keras.Input(shape=(*(input_size or (height, width)), channels), name=INPUT_NAME)
         x = inputs
     else:
         inputs = keras.utils.get_source_inputs(input_tensor)
