@@ -215,6 +215,12 @@ def test_jit_compile_traces_once_per_shape(any_size_models):
         x = _images(size)
         np.testing.assert_allclose(compiled(x).numpy(), _run(model, x), rtol=0, atol=TOLERANCE)
     assert compiled.experimental_get_tracing_count() == 2
+    # Traced with unknown sizes, XLA drops run-time assertions: a wrong size still fails (in the patch reshape),
+    # it never comes back as a different number of tokens.
+    relaxed = tf.function(lambda x: model(x, training=False), jit_compile=True,
+                          input_signature=[tf.TensorSpec((None, None, None, 3), tf.float32)])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="reshape"):
+        relaxed(tf.zeros((1, 30, 56, 3)))
 
 
 def test_keras_file_round_trips_with_safe_mode(any_size_models, tmp_path):
