@@ -277,3 +277,17 @@ def test_a_size_given_elsewhere_fixes_the_model():
     partly = vit_keras.ViT(input_shape=(32, None, 3), include_top=False, **TINY)
     assert config_of(partly).image_size is None and partly.input_shape == (None, 32, None, 3)
     assert _run(partly, _images((32, 24))).shape == (2, 1 + 4 * 3, 48)
+
+
+def test_inspect_command_draws_a_model_of_any_size(tmp_path, capsys):
+    from vit_keras.cli import main
+
+    model = vit_keras.ViT(image_size=None, patch_size=4, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=64,
+                          classes=4, pos_grid=(4, 4))
+    model.save(tmp_path / "any.keras")
+    image_path = tmp_path / "photo.png"
+    keras.utils.save_img(image_path, np.random.default_rng(0).integers(0, 256, (20, 24, 3), dtype=np.uint8))
+    out = tmp_path / "figures"
+    assert main(["inspect", str(image_path), "--model", str(tmp_path / "any.keras"), "--image-size", "24",
+                 "--out", str(out)]) == 0
+    assert len(capsys.readouterr().out.split()) == 4
