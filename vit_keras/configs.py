@@ -72,6 +72,7 @@ class ResNetConfig:
 ACTIVATIONS = ("gelu_tanh", "gelu", "quick_gelu")
 POOLS = ("token", "avg", "map")
 POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "none")
+POS_INTERPOLATIONS = ("linear", "bicubic", "bicubic_antialias")
 DEFAULT_IMAGE_SIZE = 224
 
 
@@ -126,6 +127,11 @@ class ViTConfig:
     - `fc_norm`: the final LayerNorm is applied after pooling instead of over every token (timm `fc_norm`, CLIP's
       `post_layernorm`); `qkv_bias` / `patch_bias`: whether those projections have biases (absent ones load as
       zeros, which is the same function).
+    - `image_size=None`: the model takes any image size divisible by the patch size (by the total stride for
+      hybrids) at call time. Its position embeddings are stored at `pos_grid` (default: the 224x224 grid; a
+      checkpoint's own grid when loaded with one) and resampled inside the graph to each call's grid with
+      `pos_interpolation`: `"linear"` (vit_jax's corner-aligned zoom), `"bicubic"` (transformers') or
+      `"bicubic_antialias"` (timm's). With a fixed `image_size`, `pos_grid` is None: the table is at the model's grid.
 
     Example:
         >>> VARIANTS["L/16"].num_layers
@@ -144,7 +150,7 @@ class ViTConfig:
     resnet: ResNetConfig | None = None
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
-    image_size: tuple[int, int] = (DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE)
+    image_size: tuple[int, int] | None = (DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE)
     class_token: bool = True
     distilled: bool = False
     num_register_tokens: int = 0
@@ -159,6 +165,8 @@ class ViTConfig:
     global_pool: str = "token"
     fc_norm: bool = False
     representation_size: int | None = None
+    pos_grid: tuple[int, int] | None = None
+    pos_interpolation: str = "linear"
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -170,7 +178,8 @@ class ViTConfig:
             "representation_size", self.representation_size, allow_none=True))
         set_(self, "dropout_rate", _check_rate("dropout_rate", self.dropout_rate))
         set_(self, "attention_dropout_rate", _check_rate("attention_dropout_rate", self.attention_dropout_rate))
-        set_(self, "image_size", check_hw("image_size", self.image_size))
+        if self.image_size is not None:
+            set_(self, "image_size", check_hw("image_size", self.image_size))
         set_(self, "resnet", ResNetConfig.from_any(self.resnet))
         for field in ("class_token", "distilled", "no_embed_class", "pre_norm", "layer_scale", "qkv_bias",
                       "patch_bias", "fc_norm"):
@@ -203,7 +212,16 @@ class ViTConfig:
             raise ValueError("`distilled=True` reads the class and distillation tokens; use global_pool='token'.")
         if self.num_prefix_tokens and self.position_embedding not in ("learned_1d",) and self.no_embed_class:
             raise ValueError("`no_embed_class` applies to position_embedding='learned_1d' only.")
+        if self.pos_interpolation not in POS_INTERPOLATIONS:
+            raise ValueError(
+                f"`pos_interpolation` must be one of {POS_INTERPOLATIONS}, got {self.pos_interpolation!r}."
+            )
         stride = self.feature_stride * self.patch_size
+        if self.image_size is None:
+            grid = self.pos_grid if self.pos_grid is not None else (DEFAULT_IMAGE_SIZE // stride,) * 2
+            set_(self, "pos_grid", check_hw("pos_grid", grid))
+            return
+        set_(self, "pos_grid", None)  # a fixed-size model stores its position embeddings at its own grid
         for dim, size in zip(("height", "width"), self.image_size):
             if size % stride:
                 what = (f"patch_size {self.patch_size}" if self.resnet is None else
@@ -233,9 +251,31 @@ class ViTConfig:
         return 4 * 2 ** max(len(self.resnet.num_layers) - 1, 0)
 
     @property
+    def dynamic(self) -> bool:
+        """Whether the model takes any image size (`image_size=None`)."""
+        return self.image_size is None
+
+    @property
+    def stride(self) -> int:
+        """Image pixels per patch along each axis: `patch_size`, times the ResNet stem's stride for hybrids."""
+        return self.feature_stride * self.patch_size
+
+    @property
     def grid_size(self) -> tuple[int, int]:
-        stride = self.feature_stride * self.patch_size
-        return (self.image_size[0] // stride, self.image_size[1] // stride)
+        """The patch grid of the position-embedding table: the model's grid, or `pos_grid` for image_size=None."""
+        if self.image_size is None:
+            return self.pos_grid
+        return (self.image_size[0] // self.stride, self.image_size[1] // self.stride)
+
+    @property
+    def reference_image_size(self) -> tuple[int, int]:
+        """The image size whose grid the position embeddings are stored at (`image_size` when it is fixed).
+
+        Example:
+            >>> ViTConfig(image_size=None, pos_grid=(24, 24)).reference_image_size
+            (384, 384)
+        """
+        return (self.grid_size[0] * self.stride, self.grid_size[1] * self.stride)
 
     @property
     def gelu_approximate(self) -> bool | None:
@@ -259,7 +299,8 @@ class ViTConfig:
         """
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["resnet"] = None if self.resnet is None else self.resnet.to_dict()
-        out["image_size"] = list(self.image_size)
+        out["image_size"] = None if self.image_size is None else list(self.image_size)
+        out["pos_grid"] = None if self.pos_grid is None else list(self.pos_grid)
         return out
 
     @classmethod
@@ -275,8 +316,9 @@ class ViTConfig:
         if unknown:
             raise ValueError(f"Unknown ViTConfig fields {unknown}; the fields are {sorted(known)}.")
         values = dict(values)
-        if isinstance(values.get("image_size"), list):
-            values["image_size"] = tuple(values["image_size"])
+        for field in ("image_size", "pos_grid"):
+            if isinstance(values.get(field), list):
+                values[field] = tuple(values[field])
         return cls(**values)
 
     def model_kwargs(self) -> dict:

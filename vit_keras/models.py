@@ -11,7 +11,7 @@ import numpy as np
 
 from vit_keras import weights as weights_lib
 from vit_keras.configs import DEFAULT_IMAGE_SIZE, VARIANTS, ViTConfig, check_hw, check_positive_int
-from vit_keras.layers import MAPHead, PatchEncoder, Patches, ResNetStem, TokenPooling, TransformerBlock
+from vit_keras.layers import ImageSizeCheck, MAPHead, PatchEncoder, Patches, ResNetStem, TokenPooling, TransformerBlock
 from vit_keras.layers.encoder import CLASSIFIERS
 from vit_keras.layers.pooling import POOLINGS
 from vit_keras.preprocessing import preprocess_input  # noqa: F401 (re-exported: vit_keras.models.preprocess_input)
@@ -20,10 +20,25 @@ DEFAULT_LAYER_NORM_EPSILON = 1e-6
 INPUT_NAME = "images"
 
 
+class _DefaultSize:
+    """The `image_size` a constructor gets when none is passed: `input_shape`'s, or 224x224 (None means any size)."""
+
+    def __repr__(self):
+        return "224"
+
+
+DEFAULT_SIZE = _DefaultSize()
+
+
 def _resolve_input_shape(image_size, input_shape, input_tensor, default=(DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE)):
-    """One (height, width, channels) from the three ways keras.applications users describe the input."""
+    """One (height, width, channels) from the three ways keras.applications users describe the input.
+
+    A height or width of None (`image_size=None`, `input_shape=(None, None, 3)`, or an `input_tensor` of unknown
+    size) that no other argument fixes means a model that takes any image size.
+    """
     candidates = []
-    if image_size is not None:
+    any_size = image_size is None
+    if image_size is not None and image_size is not DEFAULT_SIZE:
         candidates.append(("image_size", (*check_hw("image_size", image_size), None)))
     if input_shape is not None:
         if not isinstance(input_shape, list | tuple) or len(input_shape) != 3:
@@ -31,6 +46,7 @@ def _resolve_input_shape(image_size, input_shape, input_tensor, default=(DEFAULT
                 f"`input_shape` must be (height, width, channels), e.g. (224, 224, 3), got {input_shape!r}."
             )
         candidates.append(("input_shape", tuple(input_shape)))
+        any_size = any_size or input_shape[0] is None or input_shape[1] is None
     if input_tensor is not None:
         shape = tuple(input_tensor.shape)
         if len(shape) != 4:
@@ -38,6 +54,7 @@ def _resolve_input_shape(image_size, input_shape, input_tensor, default=(DEFAULT
                 f"`input_tensor` must be a 4-D (batch, height, width, channels) tensor, got shape {shape}."
             )
         candidates.append(("input_tensor", shape[1:]))
+        any_size = any_size or shape[1] is None or shape[2] is None
     height = width = channels = None
     for label, (h, w, c) in candidates:
         for dim, value, current in (("height", h, height), ("width", w, width), ("channels", c, channels)):
@@ -49,12 +66,15 @@ def _resolve_input_shape(image_size, input_shape, input_tensor, default=(DEFAULT
         height = (label, h) if h is not None and height is None else height
         width = (label, w) if w is not None and width is None else width
         channels = (label, c) if c is not None and channels is None else channels
-    height = height[1] if height else default[0]
-    width = width[1] if width else default[1]
     channels = channels[1] if channels else 3
-    check_hw("image size", (height, width))
     if isinstance(channels, bool) or not isinstance(channels, numbers.Integral) or channels < 1:
         raise ValueError(f"The number of channels must be a positive int, got {channels!r}.")
+    if any_size and (height is None or width is None):
+        sides = [None if side is None else check_positive_int("image size", side[1]) for side in (height, width)]
+        return sides[0], sides[1], int(channels)
+    height = height[1] if height else default[0]
+    width = width[1] if width else default[1]
+    check_hw("image size", (height, width))
     return int(height), int(width), int(channels)
 
 
@@ -128,8 +148,12 @@ def build_vit(
     input_tensor=None,
     channels: int = 3,
     name: str | None = None,
+    input_size=None,
 ):
     """The one builder: a Keras functional model of the architecture `config` describes.
+
+    A config with `image_size=None` gives a model that takes any image size whose sides are multiples of
+    `config.stride` (`input_size`, e.g. `(224, None)`, may pin one side of its input).
 
     Layers are named as vit_jax's parameters (`patch_encoder`, `Transformer_encoderblock_{i}`, `encoder_norm`,
     `head`); the family's extra layers are `pre_norm`, `fc_norm`, `MAPHead_0` and `head_dist`. The config itself
@@ -139,11 +163,13 @@ def build_vit(
         >>> model = build_vit(VARIANTS["Ti/16"].replace(image_size=32), classes=10)
         >>> model.output_shape
         (None, 10)
+        >>> build_vit(VARIANTS["Ti/16"].replace(image_size=None), include_top=False).output_shape
+        (None, None, 192)
     """
     _check_head_options(include_top, pooling, classes, classifier_activation, config)
-    height, width = config.image_size
+    height, width = (None, None) if config.dynamic else config.image_size
     if input_tensor is None:
-        inputs = keras.Input(shape=(height, width, channels), name=INPUT_NAME)
+        inputs = keras.Input(shape=(*(input_size or (height, width)), channels), name=INPUT_NAME)
         x = inputs
     else:
         inputs = keras.utils.get_source_inputs(input_tensor)
@@ -151,8 +177,12 @@ def build_vit(
     if include_preprocessing:
         x = _preprocessing_layer(normalization, channels)(x)
     if config.resnet is not None:
+        if config.dynamic:
+            # The stem's SAME padding would round an odd size up; the whole stride must divide the image.
+            x = ImageSizeCheck(config.stride, f"the hybrid's total stride {config.stride} (ResNet stem stride x "
+                               f"patch_size)", name="image_size_check")(x)
         x = ResNetStem(config.resnet.num_layers, config.resnet.width_factor, name="resnet")(x)
-    x = Patches(config.patch_size, name="patches")(x)
+    x = Patches(config.patch_size, flatten=not config.dynamic, name="patches")(x)
     x = PatchEncoder(
         config.hidden_size,
         config.grid_size,
@@ -165,6 +195,7 @@ def build_vit(
         no_embed_class=config.no_embed_class,
         patch_bias=config.patch_bias,
         architecture=config.to_dict(),
+        pos_interpolation=config.pos_interpolation,
         name="patch_encoder",
     )(x)
     norm = functools.partial(keras.layers.LayerNormalization, epsilon=config.layer_norm_epsilon)
@@ -233,11 +264,12 @@ def config_of(model) -> ViTConfig:
 
 
 _FAMILY_DEFAULTS = dict(layer_scale=False, num_register_tokens=0, no_embed_class=False, pre_norm=False,
-                        fc_norm=False, distilled=False, qkv_bias=True, patch_bias=True, activation=None)
+                        fc_norm=False, distilled=False, qkv_bias=True, patch_bias=True, activation=None,
+                        pos_grid=None, pos_interpolation=None)
 
 
 def ViT(
-    image_size=None,
+    image_size=DEFAULT_SIZE,
     patch_size=16,
     hidden_size=768,
     num_layers=12,
@@ -267,7 +299,10 @@ def ViT(
     """Build a Vision Transformer (Dosovitskiy et al., 2020) as a Keras functional model.
 
     Args:
-        image_size: int or (height, width); defaults to `input_shape`'s or 224.
+        image_size: int or (height, width); defaults to `input_shape`'s or 224. None: any size whose sides are
+            multiples of the patch size (of the ResNet stride x patch size for hybrids), given at call time;
+            the position embeddings are stored at `pos_grid` (a checkpoint's own grid, or the 224x224 grid) and
+            resampled inside the graph with the same interpolation as `interpolation` at load time.
         patch_size: side of the square patches (on the ResNet feature map for hybrids).
         hidden_size, num_layers, num_heads, mlp_dim: the Transformer's width D, depth L, heads and
             MLP width M.
@@ -289,7 +324,7 @@ def ViT(
             embeddings are resampled to this model's grid; a `classes` different from the checkpoint's gives a
             fresh zero-initialised head (with a warning); `include_top=False` drops the head. To get whatever
             architecture a checkpoint describes, use `vit_keras.from_pretrained`.
-        input_shape: (height, width, channels), as in keras.applications.
+        input_shape: (height, width, channels), as in keras.applications; `(None, None, 3)` is any size.
         input_tensor: a Keras tensor to use as the model's input; as in keras.applications, the model starts at
             its source inputs (`keras.utils.get_source_inputs`), so layers before it are part of the model.
         pooling: with `include_top=False` only: None (the token sequence), `"token"`, `"avg"`, `"max"` or
@@ -305,7 +340,9 @@ def ViT(
             (a token count alone cannot tell 4x16 from 8x8); None reads it off the checkpoint.
         **family: the family's switches, fields of `vit_keras.configs.ViTConfig`: `layer_scale`,
             `num_register_tokens`, `no_embed_class`, `pre_norm`, `fc_norm`, `distilled`, `qkv_bias`, `patch_bias`,
-            `activation` ("gelu_tanh", "gelu", "quick_gelu"; overrides `gelu_approximate`).
+            `activation` ("gelu_tanh", "gelu", "quick_gelu"; overrides `gelu_approximate`); for a model of any
+            size, `pos_grid` (the stored grid; default the checkpoint's, or 224 / stride) and `pos_interpolation`
+            ("linear", "bicubic", "bicubic_antialias"; default `interpolation`, antialiased for timm weights).
 
     Returns:
         A `keras.Model` whose input is named `"images"`.
@@ -315,6 +352,9 @@ def ViT(
         ...             mlp_dim=96, classes=10)
         >>> model.output_shape
         (None, 10)
+        >>> any_size = ViT(image_size=None, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
+        >>> any_size(np.zeros((1, 40, 64, 3), np.float32)).shape
+        TensorShape([1, 1000])
         >>> model = ViT(image_size=(128, 256), patch_size=16, weights="wide.npz", source_grid=(4, 16),
         ...             interpolation="bicubic")  # doctest: +SKIP
     """
@@ -332,13 +372,20 @@ def ViT(
     if input_tensor is not None and not keras.backend.is_keras_tensor(input_tensor):
         raise ValueError("`input_tensor` must be a Keras tensor, e.g. the output of `keras.Input(...)`.")
     height, width, channels = _resolve_input_shape(image_size, input_shape, input_tensor)
+    any_size = height is None or width is None
+    pos_grid, pos_interpolation = family.pop("pos_grid"), family.pop("pos_interpolation")
+    if not any_size and (pos_grid is not None or pos_interpolation is not None):
+        raise ValueError("`pos_grid` and `pos_interpolation` describe the position embeddings of a model that takes "
+                         "any image size (image_size=None); a fixed-size model stores them at its own grid. Drop "
+                         "them, or pass image_size=None.")
     activation = family.pop("activation")
     if activation is None and gelu_approximate is not None:
         activation = "gelu_tanh" if gelu_approximate else "gelu"
     config = ViTConfig(
         patch_size=patch_size, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads, mlp_dim=mlp_dim,
         resnet=resnet, dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
-        image_size=(height, width), class_token=classifier == "token",
+        image_size=None if any_size else (height, width), class_token=classifier == "token",
+        pos_grid=pos_grid, pos_interpolation=pos_interpolation or interpolation,
         global_pool={"token": "token", "gap": "avg", "map": "map"}[classifier],
         position_embedding=position_embedding, representation_size=representation_size,
         activation=activation or "gelu_tanh",
@@ -346,7 +393,7 @@ def ViT(
         **family,
     )
     _check_head_options(include_top, pooling, classes, classifier_activation, config)
-    info = weights_lib.describe(weights, architecture=config.model_kwargs(), image_size=(height, width))
+    info = weights_lib.describe(weights, architecture=config.model_kwargs(), image_size=config.reference_image_size)
     if info is not None and channels != 3:
         raise ValueError(
             f"Pretrained weights expect RGB images (3 channels), got {channels}; pass input_shape=(H, W, 3) "
@@ -363,12 +410,20 @@ def ViT(
             changes["layer_norm_epsilon"] = info.layer_norm_epsilon
         if representation_size is None and info.representation_size and include_top and classes == info.classes:
             changes["representation_size"] = info.representation_size
+        if any_size and pos_grid is None:
+            # Kept at the checkpoint's own grid: every call resamples from the stored table, as timm's
+            # dynamic_img_size and transformers' interpolate_pos_encoding do.
+            changes["pos_grid"] = weights_lib.stored_grid(
+                info, num_heads=num_heads, num_embedded_prefix_tokens=config.num_embedded_prefix_tokens,
+                source_grid=source_grid) or config.pos_grid
+        if any_size and pos_interpolation is None:
+            changes["pos_interpolation"] = weights_lib.grid_interpolation(info, interpolation)
         config = config.replace(**changes)
     model = build_vit(
         config, include_top=include_top, pooling=pooling, classes=classes,
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
         normalization=None if info is None else check_normalization(info.normalization),
-        input_tensor=input_tensor, channels=channels, name=name,
+        input_tensor=input_tensor, channels=channels, name=name, input_size=(height, width) if any_size else None,
     )
     if info is not None:
         weights_lib.load_into(model, info, interpolation=interpolation, source_grid=source_grid)
@@ -392,7 +447,7 @@ def _make_constructor(variant: str):
         pooling=None,
         classes=1000,
         classifier_activation="softmax",
-        image_size=None,
+        image_size=DEFAULT_SIZE,
         include_preprocessing=True,
         name=None,
         **kwargs,
@@ -424,6 +479,7 @@ M={config.mlp_dim}, {config.num_heads} heads, {config.num_layers} layers{hybrid}
     Takes the keras.applications arguments (`include_top`, `weights`, `input_tensor`, `input_shape`,
     `pooling`, `classes`, `classifier_activation`) plus `image_size`, `include_preprocessing`, `name`;
     any other `vit_keras.ViT` argument (e.g. `dropout_rate`) overrides the variant's value.
+    `image_size=None` or `input_shape=(None, None, 3)` gives a model that takes any image size.
     `weights`: None (random), a published checkpoint ({published}), or a checkpoint path or URL;
     `interpolation` ("linear", vit_jax's, or "bicubic", Hugging Face's) and `source_grid` ((rows, cols) of a
     non-square stored grid) say how its position embeddings are resampled, as in `vit_keras.load_weights`.

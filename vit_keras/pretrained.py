@@ -36,6 +36,7 @@ def from_pretrained(
     name=None,
     sha256=None,
     cache_dir=None,
+    any_image_size=False,
 ):
     """Build the model a checkpoint describes and load it, exactly as its own library computes it.
 
@@ -50,11 +51,15 @@ def from_pretrained(
     None for the tokens, `"token"`, `"avg"`, `"max"`, `"map"` — the checkpoint's attention-pooling head),
     `classes` (another number gives a fresh zero head), `classifier_activation`, `include_preprocessing` (True:
     the model takes RGB in [0, 255] and applies the checkpoint's own normalisation — timm `pretrained_cfg`
-    mean/std, [-1, 1] otherwise).
+    mean/std, [-1, 1] otherwise). `any_image_size=True`: a model that takes any image size whose sides are
+    multiples of the patch size (as timm's `dynamic_img_size` and transformers' `interpolate_pos_encoding`): the
+    position embeddings stay at the checkpoint's grid and are resampled at each call with the same interpolation
+    (`image_size` then only says the grid they are stored at).
 
     Example:
         >>> model = from_pretrained("timm-vit-dir", image_size=448, classifier_activation=None)  # doctest: +SKIP
         >>> model = from_pretrained("B/16:imagenet21k+imagenet2012")  # doctest: +SKIP
+        >>> model = from_pretrained("timm-vit-dir", any_image_size=True)  # doctest: +SKIP
     """
     if interpolation is not None:
         check_interpolation(interpolation)
@@ -81,6 +86,10 @@ def from_pretrained(
     if include_top and classes is not None and classes != info.classes:
         fields["representation_size"] = None  # fine-tuning drops pre_logits, as vit_jax load_pretrained does
     config = ViTConfig.from_dict(fields)
+    interpolation = interpolation or info.default_interpolation
+    if any_image_size:
+        config = config.replace(image_size=None, pos_grid=config.grid_size,
+                                pos_interpolation=weights_lib.grid_interpolation(info, interpolation))
     if include_top and classes is None:
         if info.classes is None:
             raise ValueError(f"{info.path!r} has no classification head; pass include_top=False (and pooling=...) "
@@ -91,5 +100,5 @@ def from_pretrained(
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
         normalization=check_normalization(info.normalization), input_tensor=input_tensor, name=name,
     )
-    weights_lib.load_into(model, info, interpolation=interpolation or info.default_interpolation)
+    weights_lib.load_into(model, info, interpolation=interpolation)
     return model

@@ -36,4 +36,5 @@ def build_model(args, **overrides):
     from vit_keras.models import ViT
 
     kwargs = {**VARIANTS[args.model].model_kwargs(), **overrides}
-    return ViT(image_size=args.image_size, weights=args.weights, classes=args.classes, **kwargs)
+    size = {} if args.image_size is None else {"image_size": args.image_size}  # None: 224 (not any size)
+    return ViT(weights=args.weights, classes=args.classes, **size, **kwargs)

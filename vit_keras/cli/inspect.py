@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from vit_keras.configs import VARIANTS
+from vit_keras.configs import VARIANTS, ViTConfig
 
 
 def register(subparsers) -> None:
@@ -25,7 +25,9 @@ def register(subparsers) -> None:
         help=f"a paper variant ({', '.join(VARIANTS)}) or a saved .keras model file (default: B/16)",
     )
     parser.add_argument("--weights", default=None, help="weights to load into a variant (a .weights.h5 file)")
-    parser.add_argument("--image-size", type=int, default=None, help="square input size of a variant (default: 224)")
+    parser.add_argument("--image-size", type=int, default=None,
+                        help="square input size of a variant, or of a .keras model of any size (default: 224, or "
+                             "the size its position embeddings are stored at)")
     parser.add_argument("--classes", type=int, default=1000, help="classes of a variant's head (default: 1000)")
     parser.add_argument("--layer", type=int, default=-1, help="block whose heads to draw (default: -1, the last)")
     parser.add_argument("--max-images", type=int, default=4, help="images to draw attention maps for (default: 4)")
@@ -72,9 +74,16 @@ def run(args) -> int:
     from vit_keras.inspection import AttentionProbe, write_figures
 
     model = load_model(args)
-    height, width, _ = AttentionProbe(model).input_shape
+    probe = AttentionProbe(model)
+    height, width, _ = probe.input_shape
     if height is None or width is None:
-        raise ValueError(f"model {model.name!r} takes any image size; build it with a fixed image_size to inspect")
+        architecture = probe.patch_encoder.architecture
+        if architecture is None or probe.patches.flatten:
+            raise ValueError(f"model {model.name!r} takes any image size; build it with a fixed image_size to "
+                             "inspect")
+        # A ViT of any size: --image-size, or the size its position embeddings are stored at.
+        height, width = (args.image_size,) * 2 if args.image_size else ViTConfig.from_dict(
+            architecture).reference_image_size
     images = np.stack([load_image(path, (height, width)) for path in args.images])
     if not _rescales(model):
         # Built with include_preprocessing=False: the model takes [-1, 1], not [0, 255].

@@ -37,7 +37,7 @@ def build_serving_module(model, top_k: int = 5, class_names=None, include_prepro
     """
     import tensorflow as tf
 
-    spec = describe_model(model, include_preprocessing)
+    spec = describe_model(model, include_preprocessing, allow_any_size=True)
     names = check_class_names(spec, class_names)
     functions = serving_functions(model, spec, check_top_k(spec, top_k), names)
     module = tf.Module(name="vit_serving")
@@ -62,13 +62,15 @@ def saved_model(
     Signatures (all take RGB in [0, 255]; a model built with `include_preprocessing=False` gets the
     rescaling to [-1, 1] inside the signature):
 
-    - `serving_default`: `images` float32 (batch, H, W, 3) -> `probabilities` (or `logits` for a model built
+    - `serving_default`: `images` float32 (batch, H, W, 3) (H and W None for a model built with
+      `image_size=None`: any multiple of its patch stride) -> `probabilities` (or `logits` for a model built
       with `classifier_activation=None`), `top_k_classes` int32 (batch, k), `top_k_scores` float32 (batch, k)
       (top-k of the main output) and, when `class_names` are given, `top_k_labels` string (batch, k). A model
       built with `include_top=False` returns `features` (the pooled embedding) instead, plus `tokens` when it
       has no pooling.
     - `serve_bytes`: `image_bytes` string (batch,): encoded JPEG/PNG/GIF/BMP images (what REST's
-      `{"b64": ...}` carries), decoded, resized to (H, W) with bilinear `tf.image.resize` and served as above.
+      `{"b64": ...}` carries), decoded, resized to (H, W) with bilinear `tf.image.resize` and served as above
+      (a model of any size: to the size its position embeddings are stored at).
 
     The directory is written to a hidden temporary directory beside it and renamed into place, so TF
     Serving never loads a half-written version. It loads with TensorFlow alone (`tf.saved_model.load`), no

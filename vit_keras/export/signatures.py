@@ -22,12 +22,15 @@ class ServingSpec:
     """How a vit_keras model is served.
 
     Attributes:
-        image_size: (height, width) the model takes.
+        image_size: (height, width) the model takes; for a model of any size, the size its position embeddings
+            are stored at (what `serve_bytes` resizes to).
         model_rescales: whether the model rescales [0, 255] itself (`include_preprocessing=True`).
         output_name: `"probabilities"`, `"logits"`, `"features"` (pooled embedding) or `"tokens"`
             (the encoder's token sequence, for `include_top=False, pooling=None`).
         output_size: classes, or the embedding width.
         num_prefix_tokens: 1 with a class token, 0 for `classifier="gap"` (used to pool `"tokens"`).
+        size_multiple: for a model of any image size (`image_size=None`), what its height and width must be
+            multiples of (the patch size, times the ResNet stride for hybrids); None for a fixed-size model.
     """
 
     image_size: tuple[int, int]
@@ -35,6 +38,12 @@ class ServingSpec:
     output_name: str
     output_size: int
     num_prefix_tokens: int
+    size_multiple: int | None = None
+
+    @property
+    def any_size(self) -> bool:
+        """Whether `images` may have any height and width (multiples of `size_multiple`)."""
+        return self.size_multiple is not None
 
     @property
     def is_classifier(self) -> bool:
@@ -64,7 +73,19 @@ def _is_softmax_dense(layer) -> bool:
     return isinstance(layer, keras.layers.Dense) and getattr(activation, "__name__", None) == "softmax"
 
 
-def describe_model(model, include_preprocessing=None) -> ServingSpec:
+def _any_size_config(layers):
+    """The `ViTConfig` of the ViT among `layers` if it was built for any image size, None otherwise."""
+    from vit_keras.configs import ViTConfig
+    from vit_keras.layers import PatchEncoder, Patches
+
+    patches = [layer for layer in layers if isinstance(layer, Patches)]
+    encoders = [layer for layer in layers if isinstance(layer, PatchEncoder)]
+    if len(patches) != 1 or patches[0].flatten or len(encoders) != 1 or encoders[0].architecture is None:
+        return None
+    return ViTConfig.from_dict(encoders[0].architecture)
+
+
+def describe_model(model, include_preprocessing=None, allow_any_size=False) -> ServingSpec:
     """Check that `model` is a vit_keras model with a fixed image size and say how to serve it.
 
     Args:
@@ -72,6 +93,8 @@ def describe_model(model, include_preprocessing=None) -> ServingSpec:
             saved from one), possibly nested inside another functional model.
         include_preprocessing: whether the model rescales [0, 255] inputs itself; None detects it (a
             `Rescaling` layer in the model).
+        allow_any_size: accept a model built for any image size (`image_size=None`), served with `None` height and
+            width (a SavedModel can; TFLite cannot).
 
     The output is served as `"probabilities"` after a final softmax (the ViT's own, or a user's
     `Dense(n, activation="softmax")` head), as `"logits"` from vit_keras's linear `head` layer, and as
@@ -104,10 +127,14 @@ def describe_model(model, include_preprocessing=None) -> ServingSpec:
             f"{len(model.outputs)} outputs."
         )
     shape = tuple(model.inputs[0].shape)
+    any_size_config = _any_size_config(layers) if allow_any_size else None
+    if any_size_config is not None and len(shape) == 4:
+        shape = (shape[0], *any_size_config.reference_image_size, shape[3])
     if len(shape) != 4 or shape[1] is None or shape[2] is None:
         raise ValueError(
-            f"The model's input shape {shape} has an undefined image size; serving and TFLite need a fixed one. "
-            "Build the model with image_size=(height, width) (e.g. vit_keras.ViT(image_size=224, ...))."
+            f"The model's input shape {shape} has an undefined image size; TFLite, and a SavedModel of a fixed-size "
+            "ViT behind such an input, need a fixed one. Build the model with image_size=(height, width) (e.g. "
+            "vit_keras.ViT(image_size=224, ...)); a SavedModel serves a ViT built with image_size=None as it is."
         )
     if shape[3] != 3:
         raise ValueError(f"Export serves RGB images, but the model takes {shape[3]} channels; build it with 3.")
@@ -133,6 +160,7 @@ def describe_model(model, include_preprocessing=None) -> ServingSpec:
         output_name=output_name,
         output_size=int(output.shape[-1]),
         num_prefix_tokens=int(encoders[-1].num_prefix_tokens),
+        size_multiple=None if any_size_config is None else any_size_config.stride,
     )
 
 
@@ -240,7 +268,7 @@ def with_top_k(outputs, spec: ServingSpec, top_k: int, class_names):
 
 
 def images_spec(spec: ServingSpec, batch_size=None):
-    """The `tf.TensorSpec` of the `images` input: float32 (batch, H, W, 3).
+    """The `tf.TensorSpec` of the `images` input: float32 (batch, H, W, 3), H and W None for a model of any size.
 
     Example:
         >>> images_spec(spec).name  # doctest: +SKIP
@@ -248,7 +276,8 @@ def images_spec(spec: ServingSpec, batch_size=None):
     """
     import tensorflow as tf
 
-    return tf.TensorSpec((batch_size, *spec.image_size, 3), tf.float32, name=IMAGES_INPUT)
+    size = (None, None) if spec.any_size else spec.image_size
+    return tf.TensorSpec((batch_size, *size, 3), tf.float32, name=IMAGES_INPUT)
 
 
 def check_image_size(images, spec: ServingSpec):
@@ -264,6 +293,17 @@ def check_image_size(images, spec: ServingSpec):
     """
     import tensorflow as tf
 
+    if spec.any_size:
+        multiple = spec.size_multiple
+        shape = tf.shape(images)
+        check = tf.debugging.Assert(
+            tf.logical_and(tf.equal(shape[3], 3), tf.reduce_all(tf.equal(shape[1:3] % multiple, 0))),
+            [f"'{IMAGES_INPUT}' must be float32 (batch, height, width, 3) RGB images in [0, 255] with height and "
+             f"width multiples of {multiple} (the model's patch stride); resize them. Received shape:", shape],
+            summarize=4,
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(images)
     height, width = spec.image_size
     expected = tf.constant([height, width, 3], dtype=tf.int32)
     check = tf.debugging.assert_equal(

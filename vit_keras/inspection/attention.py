@@ -172,16 +172,18 @@ def attention_maps(model, images, layer: int = -1, batch_size: int = 8) -> Atten
     """
     probe = AttentionProbe(model)
     layer = resolve_layer(layer, probe.num_layers)
+    images = probe.check_images(images)
+    grid = probe.grid_for(images.shape[1:3])
     rollouts, heads = [], []
     for attention in probe.iter_batches(images, batch_size):
         # Averaging the heads first (in float32) keeps memory at one (B, T, T) matrix per layer.
         joint = attention_rollout(np.stack([a.mean(axis=1, keepdims=True) for a in attention], axis=0))
-        rollouts.append(token_attention(joint, probe.num_prefix_tokens, probe.grid_size))
-        heads.append(token_attention(attention[layer], probe.num_prefix_tokens, probe.grid_size))
+        rollouts.append(token_attention(joint, probe.num_prefix_tokens, grid))
+        heads.append(token_attention(attention[layer], probe.num_prefix_tokens, grid))
     return AttentionMaps(
         rollout=np.concatenate(rollouts).astype(np.float32),
         heads=np.concatenate(heads).astype(np.float32),
         layer=layer,
-        image_size=tuple(int(s) for s in probe.input_shape[:2]),
+        image_size=tuple(int(s) for s in images.shape[1:3]),
         patch_stride=probe.patch_stride,
     )

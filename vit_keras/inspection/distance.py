@@ -85,11 +85,13 @@ def attention_distances(model, images, batch_size: int = 8) -> np.ndarray:
         (12, 12)
     """
     probe = AttentionProbe(model)
+    images = probe.check_images(images)
+    grid = probe.grid_for(images.shape[1:3])
     total, count = 0.0, 0
     for attention in probe.iter_batches(images, batch_size):
         batch = attention[0].shape[0]
         distances = np.stack([
-            mean_attention_distance(layer, probe.grid_size, probe.patch_stride, probe.num_prefix_tokens)
+            mean_attention_distance(layer, grid, probe.patch_stride, probe.num_prefix_tokens)
             for layer in attention
         ])
         total = total + distances * batch

@@ -53,8 +53,9 @@ def write_figures(model, images, output_dir, max_images: int = 4, layer: int = -
     save(plot_attention_maps(shown, attention_maps(model, shown, layer=layer, batch_size=batch_size),
                              max_images=max_images), FIGURE_NAMES[0])
     distances = attention_distances(model, images, batch_size=batch_size)
-    reference = uniform_attention_distance(probe.grid_size, probe.patch_stride)
-    save(plot_attention_distance(distances, reference=reference, image_size=probe.image_size), FIGURE_NAMES[1])
+    reference = uniform_attention_distance(probe.grid_for(images.shape[1:3]), probe.patch_stride)
+    seen = probe.image_size if None not in probe.image_size else images.shape[1:3]
+    save(plot_attention_distance(distances, reference=reference, image_size=seen), FIGURE_NAMES[1])
     if probe.patch_encoder.position_embedding != "none":
         save(plot_position_embedding_similarity(position_embedding_similarity(model)), FIGURE_NAMES[2])
     filters = embedding_filters(model)

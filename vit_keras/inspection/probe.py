@@ -85,7 +85,8 @@ class AttentionProbe:
         patch_encoder, patches: the ViT's `PatchEncoder` and `Patches` layers.
         input_shape: `(H, W, C)` the model expects.
         image_size: `(H, W)` of the images the ViT itself sees (after the user's layers).
-        grid_size: `(gh, gw)` patches.
+        grid_size: `(gh, gw)` patches (for a ViT built for any image size, the grid its position embeddings are
+            stored at; `grid_for` gives the grid of the images at hand).
         patch_stride: `(sh, sw)` pixels between neighbouring patch centres (patch size x ResNet stride
             for hybrids).
         num_prefix_tokens: 1 with a class token, 0 for `classifier="gap"`.
@@ -161,6 +162,17 @@ class AttentionProbe:
             self.patch_stride = (float(stride), float(stride))
         else:
             self.patch_stride = tuple(float(s) / g for s, g in zip(self.image_size, self.grid_size))
+
+    def grid_for(self, image_size) -> tuple[int, int]:
+        """The `(gh, gw)` patch grid of images of `image_size` `(H, W)`, as given to the model.
+
+        Example:
+            >>> probe.grid_for((32, 48))  # a ViT of any size, patch 8  # doctest: +SKIP
+            (4, 6)
+        """
+        if None not in self.image_size:
+            return self.grid_size
+        return tuple(int(size // stride) for size, stride in zip(image_size, self.patch_stride))
 
     @property
     def num_layers(self) -> int:

@@ -7,7 +7,7 @@ Example:
 
 from vit_keras.layers.checkpoint import CheckpointVariable, checkpoint_variables
 from vit_keras.layers.encoder import PatchEncoder, sincos_2d_position_embeddings
-from vit_keras.layers.patches import Patches
+from vit_keras.layers.patches import ImageSizeCheck, Patches
 from vit_keras.layers.pooling import MAPHead, TokenPooling
 from vit_keras.layers.resnet import BottleneckUnit, ResNetStem, StdConv2D
 from vit_keras.layers.transformer import LayerScale, MlpBlock, TransformerBlock
@@ -15,6 +15,7 @@ from vit_keras.layers.transformer import LayerScale, MlpBlock, TransformerBlock
 __all__ = [
     "BottleneckUnit",
     "CheckpointVariable",
+    "ImageSizeCheck",
     "LayerScale",
     "MAPHead",
     "MlpBlock",

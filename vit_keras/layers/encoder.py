@@ -8,6 +8,7 @@ from keras import ops
 
 from vit_keras.configs import POSITION_EMBEDDINGS
 from vit_keras.layers.checkpoint import CheckpointVariable, plain
+from vit_keras.layers.interpolation import check_grid_interpolation, resample_grid
 
 CLASSIFIERS = ("token", "gap")
 POS_EMBEDDING_NAME = "Transformer/posembed_input/pos_embedding"
@@ -37,6 +38,17 @@ def sincos_2d_position_embeddings(grid_size, hidden_size, temperature=10_000.0):
     return table.astype(np.float32)
 
 
+def _sincos_2d_grid(grid_size, hidden_size, temperature=10_000.0):
+    """`sincos_2d_position_embeddings` as a `(gh, gw, D)` tensor for a grid known only at call time."""
+    gh, gw = grid_size
+    quarter = hidden_size // 4
+    omega = ops.convert_to_tensor(1.0 / temperature ** (np.arange(quarter, dtype=np.float64) / quarter), "float32")
+    rows = ops.cast(ops.arange(gh), "float32")[:, None, None] * omega
+    cols = ops.cast(ops.arange(gw), "float32")[None, :, None] * omega
+    rows, cols = ops.broadcast_to(rows, (gh, gw, quarter)), ops.broadcast_to(cols, (gh, gw, quarter))
+    return ops.concatenate([ops.sin(cols), ops.cos(cols), ops.sin(rows), ops.cos(rows)], axis=-1)
+
+
 @keras.saving.register_keras_serializable(package="vit_keras")
 class PatchEncoder(keras.layers.Layer):
     """Project flattened patches to `hidden_size`, prepend the class token and add position embeddings.
@@ -58,10 +70,17 @@ class PatchEncoder(keras.layers.Layer):
     only and joins the prefix tokens after the addition (DINOv2 with registers, big_vision). `architecture` is the
     whole model's `ViTConfig.to_dict()`, kept here so that a saved model carries its architecture.
 
+    Given a patch grid `(batch, gh, gw, P·P·C)` (`Patches(flatten=False)`, a model built for any image size)
+    instead of flattened patches, the layer takes any grid: the stored `grid_size` table is resampled inside the
+    graph to `(gh, gw)` with `pos_interpolation` (`"linear"`, `"bicubic"` or `"bicubic_antialias"`, see
+    `vit_keras.layers.interpolation`), and not at all when `(gh, gw)` is the stored grid.
+
     Example:
         >>> encoder = PatchEncoder(hidden_size=64, grid_size=(4, 4))
         >>> encoder(keras.ops.zeros((2, 16, 48))).shape
         (2, 17, 64)
+        >>> encoder(keras.ops.zeros((2, 3, 5, 48))).shape
+        (2, 16, 64)
     """
 
     def __init__(
@@ -77,6 +96,7 @@ class PatchEncoder(keras.layers.Layer):
         no_embed_class: bool = False,
         patch_bias: bool = True,
         architecture: dict | None = None,
+        pos_interpolation: str = "linear",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -101,6 +121,7 @@ class PatchEncoder(keras.layers.Layer):
         self.no_embed_class = bool(no_embed_class)
         self.patch_bias = bool(patch_bias)
         self.architecture = None if architecture is None else dict(architecture)
+        self.pos_interpolation = check_grid_interpolation(pos_interpolation)
         if self.distilled and classifier != "token":
             raise ValueError("A distillation token needs the class token (classifier='token').")
         self.num_prefix_tokens = (1 if classifier == "token" else 0) + int(self.distilled) + self.num_register_tokens
@@ -116,7 +137,10 @@ class PatchEncoder(keras.layers.Layer):
         self._fixed_table = None
 
     def build(self, input_shape):
-        if input_shape[1] is not None and input_shape[1] != self.num_patches:
+        if len(input_shape) not in (3, 4):
+            raise ValueError(f"PatchEncoder expects (batch, patches, features) or (batch, rows, cols, features), got "
+                             f"shape {input_shape}.")
+        if len(input_shape) == 3 and input_shape[1] is not None and input_shape[1] != self.num_patches:
             raise ValueError(
                 f"PatchEncoder expects {self.num_patches} patches for grid {self.grid_size}, "
                 f"got {input_shape[1]}."
@@ -147,14 +171,25 @@ class PatchEncoder(keras.layers.Layer):
         elif self.position_embedding == "sincos_2d":
             self._fixed_table = sincos_2d_position_embeddings(self.grid_size, self.hidden_size)
 
-    def patch_position_embeddings(self):
+    def patch_position_embeddings(self, grid=None):
         """The position embeddings of the patches as a `(gh, gw, D)` tensor (None for `"none"`).
+
+        `grid` (default: the stored `grid_size`) resamples the learned tables to another grid with
+        `pos_interpolation`; the fixed sine-cosine table is computed at that grid.
 
         Example:
             >>> encoder = PatchEncoder(64, (4, 4)); encoder.build((None, 16, 48))
             >>> encoder.patch_position_embeddings().shape
             (4, 4, 64)
+            >>> encoder.patch_position_embeddings((2, 6)).shape
+            (2, 6, 64)
         """
+        static = grid is not None and all(isinstance(cells, int) for cells in grid)
+        if grid is not None and not (static and tuple(grid) == self.grid_size):
+            if self.position_embedding == "sincos_2d":
+                return _sincos_2d_grid(grid, self.hidden_size)
+            table = self.patch_position_embeddings()
+            return None if table is None else resample_grid(table, grid, self.pos_interpolation)
         gh, gw = self.grid_size
         if self.position_embedding == "learned_1d":
             table = self.pos_embedding[0, self.num_embedded_prefix_tokens :]
@@ -168,7 +203,30 @@ class PatchEncoder(keras.layers.Layer):
             return ops.reshape(ops.convert_to_tensor(self._fixed_table), (gh, gw, self.hidden_size))
         return None
 
+    def _call_grid(self, patches, training):
+        """Any patch grid `(batch, gh, gw, P·P·C)`: the stored table resampled to it, then the tokens as usual."""
+        x = self.embedding(patches)
+        grid = tuple(ops.shape(x)[axis] if x.shape[axis] is None else int(x.shape[axis]) for axis in (1, 2))
+        table = self.patch_position_embeddings(grid)
+        if table is not None:
+            x = x + ops.cast(table, x.dtype)[None]
+        batch = ops.shape(x)[0]
+        x = ops.reshape(x, (batch, -1, self.hidden_size))
+        prefix = [self.cls] if self.classifier == "token" else []
+        prefix += [self.dist] if self.distilled else []
+        prefix += [self.reg] if self.num_register_tokens else []
+        if prefix:
+            tokens = ops.concatenate([ops.cast(t, x.dtype) for t in prefix], axis=1)
+            if self.num_embedded_prefix_tokens:
+                # Same sums as the fixed-size path, which adds the whole table after joining the prefix.
+                tokens = tokens + ops.cast(self.pos_embedding[:, : self.num_embedded_prefix_tokens], x.dtype)
+            tokens = ops.broadcast_to(tokens, (batch, self.num_prefix_tokens, self.hidden_size))
+            x = ops.concatenate([tokens, x], axis=1)
+        return self.dropout(x, training=training)
+
     def call(self, patches, training=None):
+        if len(patches.shape) == 4:
+            return self._call_grid(patches, training)
         x = self.embedding(patches)
         embed_after_join = self.position_embedding == "learned_1d" and self.num_embedded_prefix_tokens
         if self.position_embedding == "learned_1d":
@@ -214,6 +272,10 @@ class PatchEncoder(keras.layers.Layer):
         return out
 
     def compute_output_shape(self, input_shape):
+        if len(input_shape) == 4:
+            rows, cols = input_shape[1:3]
+            tokens = None if None in (rows, cols) else self.num_prefix_tokens + rows * cols
+            return (input_shape[0], tokens, self.hidden_size)
         return (input_shape[0], self.num_prefix_tokens + self.num_patches, self.hidden_size)
 
     def get_config(self):
@@ -230,4 +292,5 @@ class PatchEncoder(keras.layers.Layer):
             "no_embed_class": self.no_embed_class,
             "patch_bias": self.patch_bias,
             "architecture": self.architecture,
+            "pos_interpolation": self.pos_interpolation,
         }

@@ -14,33 +14,40 @@ class Patches(keras.layers.Layer):
     channel) order, so a Google `embedding/kernel` of shape `(P, P, C, D)` reshaped to `(P·P·C, D)`
     is exactly the matching linear projection.
 
+    Built with an unknown height or width (`(None, None, C)` images), it takes any multiple of `patch_size` at
+    call time; `flatten=False` keeps the grid, `(batch, H/P, W/P, P·P·C)`, for a `PatchEncoder` that resamples
+    its position embeddings to it.
+
     Example:
         >>> x = keras.ops.zeros((2, 32, 48, 3))
         >>> Patches(16)(x).shape
         (2, 6, 768)
+        >>> Patches(16, flatten=False)(x).shape
+        (2, 2, 3, 768)
     """
 
-    def __init__(self, patch_size: int, **kwargs):
+    def __init__(self, patch_size: int, flatten: bool = True, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(patch_size, int) or patch_size < 1:
             raise ValueError(f"`patch_size` must be a positive int, got {patch_size!r}.")
         self.patch_size = patch_size
+        self.flatten = bool(flatten)
 
     def build(self, input_shape):
         if len(input_shape) != 4:
             raise ValueError(f"Patches expects (batch, height, width, channels) input, got shape {input_shape}.")
         height, width, channels = input_shape[1:]
-        if height is None or width is None or channels is None:
+        if channels is None:
+            raise ValueError(f"Patches needs a known number of channels, got input shape {input_shape}.")
+        if (height is None or width is None) and self.flatten:
             raise ValueError(
-                f"Patches needs a static image size (got {input_shape}); pass `image_size` when building the model."
+                f"Patches needs a static image size to flatten the grid (got {input_shape}); pass `image_size` "
+                "when building the model, or use flatten=False."
             )
         for label, size in (("height", height), ("width", width)):
-            if size % self.patch_size:
-                raise ValueError(
-                    f"Image {label} {size} is not divisible by patch_size {self.patch_size}; "
-                    f"use a multiple of {self.patch_size}, e.g. {size - size % self.patch_size or self.patch_size}."
-                )
-        self.grid_size = (height // self.patch_size, width // self.patch_size)
+            if size is not None and size % self.patch_size:
+                raise ValueError(size_error(label, size, self.patch_size, f"patch_size {self.patch_size}"))
+        self.grid_size = tuple(None if size is None else size // self.patch_size for size in (height, width))
         self.channels = channels
 
     @property
@@ -84,18 +91,94 @@ class Patches(keras.layers.Layer):
     def call(self, images):
         images = self._check_size(images)
         p = self.patch_size
-        gh, gw = self.grid_size
+        if None in self.grid_size:
+            images = check_divisible(images, p, f"patch_size {p}")
+        gh, gw = (ops.shape(images)[axis] // p if cells is None else cells
+                  for axis, cells in zip((1, 2), self.grid_size))
         # The batch is taken from the input, never inferred by reshape: a wrong-sized image must fail, not
         # turn into a different number of rows.
         batch = ops.shape(images)[0]
         x = ops.reshape(images, (batch, gh, p, gw, p, self.channels))
         x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
+        if not self.flatten:
+            return ops.reshape(x, (batch, gh, gw, p * p * self.channels))
         return ops.reshape(x, (batch, gh * gw, p * p * self.channels))
 
     def compute_output_shape(self, input_shape):
         batch, height, width, channels = input_shape
         p = self.patch_size
-        return (batch, (height // p) * (width // p), p * p * channels)
+        rows, cols = (None if size is None else size // p for size in (height, width))
+        if not self.flatten:
+            return (batch, rows, cols, p * p * channels)
+        return (batch, None if None in (rows, cols) else rows * cols, p * p * channels)
 
     def get_config(self):
-        return {**super().get_config(), "patch_size": self.patch_size}
+        return {**super().get_config(), "patch_size": self.patch_size, "flatten": self.flatten}
+
+
+def size_error(label: str, size: int, divisor: int, what: str) -> str:
+    """The message for an image side that is not a multiple of what the model cuts it by.
+
+    Example:
+        >>> size_error("height", 36, 8, "patch_size 8")
+        'Image height 36 is not divisible by patch_size 8; use 32 or 40 instead.'
+    """
+    lower, upper = (size // divisor) * divisor, (size // divisor + 1) * divisor
+    return f"Image {label} {size} is not divisible by {what}; use {lower or upper} or {upper} instead."
+
+
+def check_divisible(images, divisor: int, what: str):
+    """`images` `(batch, H, W, C)`, after checking that H and W are multiples of `divisor` (`what` names it).
+
+    A static size is checked here (a `ValueError`); a size unknown until run time (a TensorFlow graph traced with
+    `None` height or width) gets a run-time assertion whose message names the divisor and the received size.
+
+    Example:
+        >>> check_divisible(keras.ops.zeros((1, 32, 48, 3)), 16, "patch_size 16").shape
+        (1, 32, 48, 3)
+    """
+    unknown = False
+    for label, size in (("height", images.shape[1]), ("width", images.shape[2])):
+        if size is None:
+            unknown = True
+        elif size % divisor:
+            raise ValueError(size_error(label, size, divisor, what))
+    if not unknown or keras.backend.backend() != "tensorflow":
+        return images
+    import tensorflow as tf
+
+    size = tf.shape(images)[1:3]
+    check = tf.debugging.Assert(
+        tf.reduce_all(tf.equal(size % divisor, 0)),
+        [f"Image height and width must be multiples of {divisor} ({what}); resize the images. Received height "
+         "and width:", size],
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(images)
+
+
+@keras.saving.register_keras_serializable(package="vit_keras")
+class ImageSizeCheck(keras.layers.Layer):
+    """Pass images through after checking that their height and width are multiples of `divisor`.
+
+    It stands at the input of a hybrid built for any image size, whose ResNet stem would otherwise round an odd
+    size up silently: the stem's stride times the patch size must divide the image.
+
+    Example:
+        >>> ImageSizeCheck(32, "the total stride 32")(keras.ops.zeros((1, 64, 96, 3))).shape
+        (1, 64, 96, 3)
+    """
+
+    def __init__(self, divisor: int, description: str, **kwargs):
+        super().__init__(**kwargs)
+        self.divisor = int(divisor)
+        self.description = str(description)
+
+    def call(self, images):
+        return check_divisible(images, self.divisor, self.description)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "divisor": self.divisor, "description": self.description}

@@ -35,6 +35,11 @@ class StdConv2D(keras.layers.Conv2D):
         return super().convolution_op(inputs, kernel)
 
 
+def _ceil_div(size, stride):
+    """A SAME-padded strided side: ceil(size / stride), None (any size) staying None."""
+    return None if size is None else -(-size // stride)
+
+
 def _group_norm(name, dtype):
     return keras.layers.GroupNormalization(groups=32, epsilon=GROUP_NORM_EPSILON, dtype=dtype, name=name)
 
@@ -101,7 +106,7 @@ class BottleneckUnit(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         batch, height, width, _ = input_shape
         s = self.strides
-        return (batch, -(-height // s), -(-width // s), 4 * self.features)
+        return (batch, _ceil_div(height, s), _ceil_div(width, s), 4 * self.features)
 
     def get_config(self):
         return {**super().get_config(), "features": self.features, "strides": self.strides}
@@ -163,11 +168,11 @@ class ResNetStem(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         batch, height, width, _ = input_shape
-        height, width = -(-height // 4), -(-width // 4)
+        height, width = _ceil_div(height, 4), _ceil_div(width, 4)
         channels = self.config.width
         for stage in range(len(self.config.num_layers)):
             if stage > 0:
-                height, width = -(-height // 2), -(-width // 2)
+                height, width = _ceil_div(height, 2), _ceil_div(width, 2)
             channels = 4 * self.config.width * 2**stage
         return (batch, height, width, channels)
 

@@ -48,6 +48,9 @@ def _encoder_chain(encoder):
                 f"The encoder {encoder.name!r} has no layer {needed!r}: pass a vit_keras.ViT (include_top=False, "
                 "pooling=None is the lightest)."
             )
+    if not encoder.get_layer(PATCHES_LAYER).flatten:
+        raise ValueError("Masked patch prediction corrupts a fixed number of patches; build the encoder with a fixed "
+                         "image_size (not image_size=None).")
     end = names.index(FINAL_NORM_LAYER)
     for previous, layer in zip(layers[: end], layers[1: end + 1]):
         inbound = {node_layer.name for node in layer._inbound_nodes for node_layer in

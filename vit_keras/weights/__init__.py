@@ -24,7 +24,7 @@ from vit_keras.weights.assign import assign_params
 from vit_keras.weights.infer import infer_config_fields
 from vit_keras.weights.keras_h5 import load_keras_weights
 from vit_keras.weights.registry import REGISTRY, WeightsEntry
-from vit_keras.weights.resample import check_interpolation, check_source_grid
+from vit_keras.weights.resample import check_interpolation, check_source_grid, infer_grid
 from vit_keras.weights.safetensors_io import read_safetensors, refuse_pickle
 
 logger = logging.getLogger("vit_keras.weights")
@@ -292,6 +292,40 @@ def _check_numerics(model, info: CheckpointInfo) -> None:
         warnings.warn(message, UserWarning, stacklevel=4)
 
 
+def stored_grid(info: CheckpointInfo, *, num_heads: int, num_embedded_prefix_tokens: int, source_grid=None):
+    """The patch grid a checkpoint's position embeddings are stored at (None when it cannot be told before loading,
+    e.g. a Keras weights file): `source_grid` if given, the grid its config states, or a square grid read off the
+    table.
+
+    Example:
+        >>> stored_grid(describe("ViT-B_16.npz"), num_heads=12, num_embedded_prefix_tokens=1)  # doctest: +SKIP
+        (14, 14)
+    """
+    source_grid = check_source_grid(source_grid) or info.source_grid
+    if source_grid is not None:
+        return tuple(source_grid)
+    if info.reader is None:
+        return None
+    table = info.read(num_heads).get(google.POS_EMBEDDING_KEY)
+    if table is None or table.ndim != 3:
+        return None
+    return infer_grid(int(table.shape[1]) - num_embedded_prefix_tokens)
+
+
+def grid_interpolation(info: CheckpointInfo | None, interpolation: str) -> str:
+    """The in-graph mode (`vit_keras.configs.POS_INTERPOLATIONS`) of the load-time resampling `load_into` does with
+    `interpolation` for `info`: timm's bicubic is antialiased.
+
+    Example:
+        >>> grid_interpolation(None, "bicubic")
+        'bicubic'
+    """
+    check_interpolation(interpolation)
+    if interpolation == "bicubic" and info is not None and info.antialias:
+        return "bicubic_antialias"
+    return interpolation
+
+
 def load_into(model, info: CheckpointInfo, *, interpolation: str = "linear", source_grid=None) -> None:
     """Load the weights `info` describes into the already-built `model`, all of them or none.
 
@@ -331,7 +365,7 @@ def load_weights(model, source, *, interpolation: str = "linear", source_grid=No
     # Checked before `describe`, which may download gigabytes.
     check_interpolation(interpolation)
     source_grid = check_source_grid(source_grid)
-    image_size = tuple(model.input_shape[1:3])
+    image_size = model_config(model).reference_image_size
     info = describe(source, architecture=architecture_of(model), image_size=image_size, sha256=sha256,
                     cache_dir=cache_dir)
     load_into(model, info, interpolation=interpolation, source_grid=source_grid)
@@ -349,5 +383,5 @@ def list_weights(variant: str | None = None) -> list[WeightsEntry]:
 
 
 __all__ = ["CheckpointInfo", "architecture_of", "model_config", "check_interpolation", "check_source_grid", "describe",
-           "list_weights",
+           "grid_interpolation", "list_weights", "stored_grid",
            "load_into", "load_weights"]

@@ -6,6 +6,8 @@ sample points, generalised to rectangular grids with one zoom factor per axis. `
 Hugging Face's `interpolate_pos_encoding`: torch bicubic (a = -0.75) with half-pixel sample points
 (`align_corners=False`) and clamped borders; with `antialias=True` it is timm's `resample_abs_pos_embed`
 (torch bicubic with `antialias=True`: Keys a = -0.5, the kernel widened when downsampling, renormalised borders).
+A model of any image size does the same resampling inside its graph (`vit_keras.layers.interpolation`, the same
+kernels) at each call.
 
 Example:
     >>> table = np.zeros((1, 1 + 8 * 8, 16), np.float32)
@@ -21,8 +23,9 @@ import numbers
 import numpy as np
 import scipy.ndimage
 
+from vit_keras.layers.interpolation import ANTIALIAS_CUBIC_A, TORCH_CUBIC_A, cubic_far, cubic_near
+
 INTERPOLATIONS = ("linear", "bicubic")
-_TORCH_CUBIC_A = -0.75
 
 
 def check_interpolation(interpolation) -> str:
@@ -88,15 +91,8 @@ def infer_grid(num_patches: int, grid=None) -> tuple[int, int]:
 
 def _cubic_weights(t: np.ndarray) -> np.ndarray:
     """Keys' cubic convolution weights (torch's a = -0.75) for the 4 taps around each fractional offset t."""
-    a = _TORCH_CUBIC_A
-
-    def near(x):  # |x| <= 1
-        return ((a + 2) * x - (a + 3)) * x * x + 1
-
-    def far(x):  # 1 < |x| < 2
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-
-    return np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], axis=-1)
+    a = TORCH_CUBIC_A
+    return np.stack([cubic_far(t + 1, a), cubic_near(t, a), cubic_near(1 - t, a), cubic_far(2 - t, a)], axis=-1)
 
 
 def _bicubic_matrix(in_size: int, out_size: int) -> np.ndarray:
@@ -114,11 +110,9 @@ def _bicubic_matrix(in_size: int, out_size: int) -> np.ndarray:
 
 def _torch_antialias_cubic(x: np.ndarray) -> np.ndarray:
     """Keys' cubic with a = -0.5: the kernel torch uses for `bicubic` whenever `antialias=True`."""
-    a = -0.5
     x = np.abs(x)
-    near = ((a + 2) * x - (a + 3)) * x * x + 1
-    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-    return np.where(x < 1, near, np.where(x < 2, far, 0.0))
+    a = ANTIALIAS_CUBIC_A
+    return np.where(x < 1, cubic_near(x, a), np.where(x < 2, cubic_far(x, a), 0.0))
 
 
 def _bicubic_antialias_matrix(in_size: int, out_size: int) -> np.ndarray:
