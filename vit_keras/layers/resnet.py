@@ -11,6 +11,7 @@ from keras import ops
 
 from vit_keras.configs import ResNetConfig
 from vit_keras.layers.checkpoint import nested
+from vit_keras.layers.dtypes import SublayerPolicies
 
 GROUP_NORM_EPSILON = 1e-6
 WEIGHT_STANDARDIZATION_EPSILON = 1e-5
@@ -40,7 +41,7 @@ def _group_norm(name, dtype):
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
-class BottleneckUnit(keras.layers.Layer):
+class BottleneckUnit(SublayerPolicies, keras.layers.Layer):
     """Pre-activation-free bottleneck: 1×1 → 3×3 (strided) → 1×1 (×4 channels), GroupNorm after each.
 
     The stride sits on the 3×3 `conv2` and on the projection, never on `conv1`. The last GroupNorm
@@ -108,7 +109,7 @@ class BottleneckUnit(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
-class ResNetStem(keras.layers.Layer):
+class ResNetStem(SublayerPolicies, keras.layers.Layer):
     """Root (StdConv 7×7/2 → GroupNorm → ReLU → max-pool 3×3/2) and optional bottleneck stages.
 
     `num_layers=()` is the stem-only variant of R+Ti/16; `(3, 4, 9)` is R50+B/16's. Stage `i` has
