@@ -5,7 +5,10 @@
 itself, from its own `dtype`, so its config must carry theirs or a reloaded model builds float sub-layers and cannot
 take the saved int8 variables. As keras-hub does, the config then holds a `keras.dtype_policies.DTypePolicyMap`
 keyed by the sub-layers' paths (`Transformer_encoderblock_0/MlpBlock_3/Dense_0`); the sub-layers are created with
-that map, look their own path up in it when they are built, and build the quantized variables directly.
+that map, look their own path up in it when they are built, and build the quantized variables directly. Once built,
+each sub-layer keeps only its own entry, as a plain policy: Keras 3.15's `Dense` and `EinsumDense` read
+`self.dtype_policy.quantization_mode` when they save, which on a map is the map's default (float), and would write
+an int8 layer without its scales.
 
 Example:
     >>> import keras
@@ -76,6 +79,20 @@ def quantized_layers(layer) -> dict[str, str]:
             for sublayer in layer._flatten_layers(include_self=True) if sublayer.quantization_mode}
 
 
+def pin_policies(layer) -> None:
+    """Replace the `DTypePolicyMap` of `layer` and of its built descendants by each one's own entry.
+
+    Example:
+        >>> dense = keras.layers.Dense(2, dtype=DTypePolicyMap("float32")); dense.build((None, 3))
+        >>> pin_policies(dense); type(dense.dtype_policy).__name__
+        'DTypePolicy'
+    """
+    for sublayer in layer._flatten_layers(include_self=True):
+        if isinstance(sublayer._dtype_policy, DTypePolicyMap):
+            # The public setter would write into the (shared) map instead of replacing it.
+            sublayer._dtype_policy = resolved_policy(sublayer)
+
+
 class SublayerPolicies:
     """Mixin for a layer that creates its own sub-layers: its config's `dtype` keeps their policies.
 
@@ -86,6 +103,11 @@ class SublayerPolicies:
     Example:
         >>> class Block(SublayerPolicies, keras.layers.Layer): ...  # doctest: +SKIP
     """
+
+    def _post_build(self):
+        # Keras' hook that runs right after `build` (on every backend): the sub-layers exist and are built.
+        super()._post_build()
+        pin_policies(self)
 
     def get_config(self):
         config = super().get_config()
