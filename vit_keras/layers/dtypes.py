@@ -79,6 +79,53 @@ def quantized_layers(layer) -> dict[str, str]:
             for sublayer in layer._flatten_layers(include_self=True) if sublayer.quantization_mode}
 
 
+def check_model_dtype(dtype):
+    """A model's `dtype=` argument as a policy: None (the global policy), a name, a `DTypePolicy` or a
+    `DTypePolicyMap` of layer paths (copied, with its default made explicit) whose default is not quantized.
+
+    Example:
+        >>> check_model_dtype("mixed_bfloat16").name
+        'mixed_bfloat16'
+    """
+    if dtype is None:
+        return None
+    try:
+        policy = keras.dtype_policies.get(dtype)
+    except (ValueError, TypeError) as error:
+        raise ValueError(
+            f"`dtype` must be a dtype policy name ('float32', 'mixed_bfloat16', ...), a keras.DTypePolicy or a "
+            f"keras.dtype_policies.DTypePolicyMap of layer paths, got {dtype!r}."
+        ) from error
+    default = policy.default_policy if isinstance(policy, DTypePolicyMap) else policy
+    if default.quantization_mode is not None:
+        raise ValueError(
+            f"`dtype={default.name!r}` would quantize every layer, LayerNorm included, which Keras cannot run. Build "
+            f"the model in float and call `model.quantize({default.quantization_mode!r})`, or pass a DTypePolicyMap "
+            "that names the quantized layers by path (`vit_keras.layers.dtypes.policy_map(quantized_model)`)."
+        )
+    if isinstance(policy, DTypePolicyMap):
+        # A copy: quantizing the model must not write into the caller's map, and an explicit default keeps Keras
+        # from blanking the names of the map's policies when it serializes it.
+        return DTypePolicyMap(default_policy=default.name, policy_map={key: policy[key] for key in policy})
+    return policy
+
+
+def policy_for(dtype, path: str, *, fallback=None):
+    """The plain policy the layer at `path` gets from a model's `dtype` (None stays None: the global policy).
+
+    `fallback` (e.g. "float32" for the classification head) applies unless a map names `path` itself.
+
+    Example:
+        >>> policy_for(DTypePolicyMap("float32", {"head": "int8_from_float32"}), "head").name
+        'int8_from_float32'
+    """
+    if isinstance(dtype, DTypePolicyMap):
+        if fallback is not None and not has_entry(dtype, path):
+            return keras.dtype_policies.get(fallback)
+        return dtype[path]
+    return fallback if fallback is not None else dtype
+
+
 def pin_policies(layer) -> None:
     """Replace the `DTypePolicyMap` of `layer` and of its built descendants by each one's own entry.
 
