@@ -106,7 +106,9 @@ def check_model_dtype(dtype):
     if isinstance(policy, DTypePolicyMap):
         # A copy: quantizing the model must not write into the caller's map, and an explicit default keeps Keras
         # from blanking the names of the map's policies when it serializes it.
-        return DTypePolicyMap(default_policy=default.name, policy_map={key: policy[key] for key in policy})
+        # (`DTypePolicyMap(policy_map=...)` keeps the values as given: strings become policies here.)
+        return DTypePolicyMap(default_policy=default.name,
+                              policy_map={key: keras.dtype_policies.get(policy[key]) for key in policy})
     return policy
 
 
