@@ -206,3 +206,16 @@ def test_the_callers_policy_map_is_left_as_given():
     model.quantize("int8")
     assert len(policies) == 0
     assert quantized_layers(model)
+
+
+def test_weights_files_that_do_not_match_the_quantization_say_so(tmp_path):
+    float_model = build("vit")
+    float_weights = str(tmp_path / "float.weights.h5")
+    float_model.save_weights(float_weights)
+    quantized = _quantized("vit", "int8")
+    with pytest.raises(ValueError, match=r"this model is quantized .*load them into the float model, then call"):
+        vit_keras.load_weights(quantized, float_weights)
+    quantized_weights = str(tmp_path / "int8.weights.h5")
+    quantized.save_weights(quantized_weights)
+    with pytest.raises(ValueError, match=r"if they come from a quantized model: build this one with `dtype=`"):
+        vit_keras.load_weights(float_model, quantized_weights)
