@@ -12,6 +12,7 @@ import numpy as np
 from vit_keras import weights as weights_lib
 from vit_keras.configs import DEFAULT_IMAGE_SIZE, VARIANTS, ViTConfig, check_hw, check_positive_int
 from vit_keras.layers import ImageSizeCheck, MAPHead, PatchEncoder, Patches, ResNetStem, TokenPooling, TransformerBlock
+from vit_keras.layers.dtypes import check_model_dtype, policy_for
 from vit_keras.layers.encoder import CLASSIFIERS
 from vit_keras.layers.pooling import POOLINGS
 from vit_keras.preprocessing import preprocess_input  # noqa: F401 (re-exported: vit_keras.models.preprocess_input)
@@ -28,6 +29,19 @@ class _DefaultSize:
 
 
 DEFAULT_SIZE = _DefaultSize()
+def _refuse_channels_first(label, shape):
+    """vit_keras models take channels-last images whatever `keras.config.image_data_format()` says (every layer
+    inside is channels-last); a (channels, height, width) shape gets an error, not a model of 3-row images."""
+    shape = tuple(shape)
+    if len(shape) == 3 and shape[0] in (1, 3) and shape[-1] not in (1, 3):
+        channels, height, width = shape
+        raise ValueError(
+            f"`{label}` gives the shape {shape}, which looks channels-first (channels, height, width). vit_keras "
+            f"models take channels-last images (height, width, channels) whatever keras.config.image_data_format() "
+            f"says (now {keras.config.image_data_format()!r}): pass {(height, width, channels)} and feed NHWC "
+            "images, e.g. np.transpose(images, (0, 2, 3, 1)), or keras.layers.Permute((2, 3, 1)) in front of the "
+            "model."
+        )
 
 
 def _resolve_input_shape(image_size, input_shape, input_tensor, default=(DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE)):
@@ -45,6 +59,7 @@ def _resolve_input_shape(image_size, input_shape, input_tensor, default=(DEFAULT
             raise ValueError(
                 f"`input_shape` must be (height, width, channels), e.g. (224, 224, 3), got {input_shape!r}."
             )
+        _refuse_channels_first("input_shape", input_shape)
         candidates.append(("input_shape", tuple(input_shape)))
         any_size = any_size or input_shape[0] is None or input_shape[1] is None
     if input_tensor is not None:
@@ -53,6 +68,7 @@ def _resolve_input_shape(image_size, input_shape, input_tensor, default=(DEFAULT
             raise ValueError(
                 f"`input_tensor` must be a 4-D (batch, height, width, channels) tensor, got shape {shape}."
             )
+        _refuse_channels_first("input_tensor", shape[1:])
         candidates.append(("input_tensor", shape[1:]))
         any_size = any_size or shape[1] is None or shape[2] is None
     height = width = channels = None
@@ -125,15 +141,16 @@ def check_normalization(normalization):
     return mean, std
 
 
-def _preprocessing_layer(normalization, channels):
+def _preprocessing_layer(normalization, channels, dtype=None):
+    dtype = policy_for(dtype, "rescaling")
     if normalization is None or (set(normalization[0]) == {0.5} and set(normalization[1]) == {0.5}):
-        return keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="rescaling")
+        return keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, dtype=dtype, name="rescaling")
     mean, std = normalization
     if len(mean) != channels:
         raise ValueError(f"The checkpoint's normalisation has {len(mean)} channels but the input has {channels}.")
     # (x / 255 - mean) / std as one multiply-add per channel.
     return keras.layers.Rescaling([1.0 / (255.0 * s) for s in std], offset=[-m / s for m, s in zip(mean, std)],
-                                  name="rescaling")
+                                  dtype=dtype, name="rescaling")
 
 
 def build_vit(
@@ -149,6 +166,7 @@ def build_vit(
     channels: int = 3,
     name: str | None = None,
     input_size=None,
+    dtype=None,
 ):
     """The one builder: a Keras functional model of the architecture `config` describes.
 
@@ -159,6 +177,9 @@ def build_vit(
     `head`); the family's extra layers are `pre_norm`, `fc_norm`, `MAPHead_0` and `head_dist`. The config itself
     is stored in the `patch_encoder` layer's config, so a saved model carries its architecture (`config_of`).
 
+    `dtype` (see `ViT`) reaches every layer: a `DTypePolicyMap` is read by layer path, so the layers it names as
+    quantized build their quantized variables; the head stays float32 unless the map names it.
+
     Example:
         >>> model = build_vit(VARIANTS["Ti/16"].replace(image_size=32), classes=10)
         >>> model.output_shape
@@ -167,6 +188,7 @@ def build_vit(
         (None, None, 192)
     """
     _check_head_options(include_top, pooling, classes, classifier_activation, config)
+    dtype = check_model_dtype(dtype)
     height, width = (None, None) if config.dynamic else config.image_size
     if input_tensor is None:
         inputs = keras.Input(shape=(*(input_size or (height, width)), channels), name=INPUT_NAME)
@@ -175,14 +197,14 @@ def build_vit(
         inputs = keras.utils.get_source_inputs(input_tensor)
         x = input_tensor
     if include_preprocessing:
-        x = _preprocessing_layer(normalization, channels)(x)
+        x = _preprocessing_layer(normalization, channels, dtype)(x)
     if config.resnet is not None:
         if config.dynamic:
             # The stem's SAME padding would round an odd size up; the whole stride must divide the image.
             x = ImageSizeCheck(config.stride, f"the hybrid's total stride {config.stride} (ResNet stem stride x "
                                f"patch_size)", name="image_size_check")(x)
-        x = ResNetStem(config.resnet.num_layers, config.resnet.width_factor, name="resnet")(x)
-    x = Patches(config.patch_size, flatten=not config.dynamic, name="patches")(x)
+        x = ResNetStem(config.resnet.num_layers, config.resnet.width_factor, dtype=dtype, name="resnet")(x)
+    x = Patches(config.patch_size, flatten=not config.dynamic, dtype=policy_for(dtype, "patches"), name="patches")(x)
     x = PatchEncoder(
         config.hidden_size,
         config.grid_size,
@@ -196,9 +218,14 @@ def build_vit(
         patch_bias=config.patch_bias,
         architecture=config.to_dict(),
         pos_interpolation=config.pos_interpolation,
+        dtype=dtype,
         name="patch_encoder",
     )(x)
-    norm = functools.partial(keras.layers.LayerNormalization, epsilon=config.layer_norm_epsilon)
+
+    def norm(name):
+        return keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, dtype=policy_for(dtype, name),
+                                               name=name)
+
     if config.pre_norm:
         x = norm(name="pre_norm")(x)
     for i in range(config.num_layers):
@@ -210,6 +237,7 @@ def build_vit(
             layer_norm_epsilon=config.layer_norm_epsilon,
             activation=config.activation,
             layer_scale=config.layer_scale,
+            dtype=dtype,
             name=f"Transformer_encoderblock_{i}",
         )(x)
     if not config.fc_norm:
@@ -220,30 +248,36 @@ def build_vit(
     if pooling is not None:
         if pooling == "map":
             x = MAPHead(config.num_heads, config.mlp_dim, layer_norm_epsilon=config.layer_norm_epsilon,
-                        activation=config.activation, name="MAPHead_0")(x)
+                        activation=config.activation, dtype=dtype, name="MAPHead_0")(x)
         elif pooling == "token" and config.distilled and not include_top:
-            x = TokenPooling("distilled", num_prefix_tokens=config.num_prefix_tokens, name="pool")(x)
+            x = TokenPooling("distilled", num_prefix_tokens=config.num_prefix_tokens,
+                             dtype=policy_for(dtype, "pool"), name="pool")(x)
         else:
             tokens = x
-            x = TokenPooling(pooling, num_prefix_tokens=config.num_prefix_tokens, name="pool")(tokens)
+            x = TokenPooling(pooling, num_prefix_tokens=config.num_prefix_tokens, dtype=policy_for(dtype, "pool"),
+                             name="pool")(tokens)
         if config.fc_norm:
             x = norm(name="fc_norm")(x)
         if config.representation_size is not None:
-            x = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits")(x)
+            x = keras.layers.Dense(config.representation_size, activation="tanh",
+                                   dtype=policy_for(dtype, "pre_logits"), name="pre_logits")(x)
     if include_top:
-        head = keras.layers.Dense(classes, kernel_initializer="zeros", dtype="float32", name="head")
+        float32 = functools.partial(policy_for, dtype, fallback="float32")
+        head = keras.layers.Dense(classes, kernel_initializer="zeros", dtype=float32("head"), name="head")
         if config.distilled:
             distilled = TokenPooling("token", num_prefix_tokens=config.num_prefix_tokens, token_index=1,
-                                     name="pool_dist")(tokens)
+                                     dtype=policy_for(dtype, "pool_dist"), name="pool_dist")(tokens)
             if config.fc_norm:
                 raise ValueError("A distilled model with fc_norm is not a published architecture.")
-            head_dist = keras.layers.Dense(classes, kernel_initializer="zeros", dtype="float32", name="head_dist")
+            head_dist = keras.layers.Dense(classes, kernel_initializer="zeros", dtype=float32("head_dist"),
+                                           name="head_dist")
             # DeiT at inference: the mean of the class-token and distillation-token heads.
-            x = keras.layers.Average(dtype="float32", name="head_average")([head(x), head_dist(distilled)])
+            x = keras.layers.Average(dtype=float32("head_average"), name="head_average")([head(x),
+                                                                                          head_dist(distilled)])
         else:
             x = head(x)
         if classifier_activation not in (None, "linear"):
-            x = keras.layers.Activation(classifier_activation, dtype="float32", name="predictions")(x)
+            x = keras.layers.Activation(classifier_activation, dtype=float32("predictions"), name="predictions")(x)
     return keras.Model(inputs, x, name=name or "vit")
 
 
@@ -294,6 +328,7 @@ def ViT(
     position_embedding="learned_1d",
     interpolation="linear",
     source_grid=None,
+    dtype=None,
     **family,
 ):
     """Build a Vision Transformer (Dosovitskiy et al., 2020) as a Keras functional model.
@@ -324,7 +359,10 @@ def ViT(
             embeddings are resampled to this model's grid; a `classes` different from the checkpoint's gives a
             fresh zero-initialised head (with a warning); `include_top=False` drops the head. To get whatever
             architecture a checkpoint describes, use `vit_keras.from_pretrained`.
-        input_shape: (height, width, channels), as in keras.applications; `(None, None, 3)` is any size.
+        input_shape: (height, width, channels), as in keras.applications; `(None, None, 3)` is any size. Always
+            channels-last, whatever `keras.config.image_data_format()` says (every layer inside is pinned to
+            channels-last); a channels-first shape such as (3, 224, 224) raises a `ValueError` that says how to
+            transpose.
         input_tensor: a Keras tensor to use as the model's input; as in keras.applications, the model starts at
             its source inputs (`keras.utils.get_source_inputs`), so layers before it are part of the model.
         pooling: with `include_top=False` only: None (the token sequence), `"token"`, `"avg"`, `"max"` or
@@ -338,6 +376,12 @@ def ViT(
             `"bicubic"` (the checkpoint's own library's bicubic). Same as `vit_keras.load_weights`'s.
         source_grid: the checkpoint's stored patch grid as (rows, cols), needed only when it is not square
             (a token count alone cannot tell 4x16 from 8x8); None reads it off the checkpoint.
+        dtype: None (the global policy), a policy name such as `"mixed_bfloat16"`, a `keras.DTypePolicy`, or a
+            `keras.dtype_policies.DTypePolicyMap` keyed by layer path, as keras-hub takes it: the layers the map
+            names as quantized (`"patch_encoder/embedding": "int8_from_float32"`, as
+            `vit_keras.layers.dtypes.policy_map(quantized_model)` returns) are built with their quantized variables,
+            ready for `load_weights` of a quantized model's `.weights.h5`. Float checkpoints (`weights=`) load only
+            into a float model: load, then `model.quantize(...)`.
         **family: the family's switches, fields of `vit_keras.configs.ViTConfig`: `layer_scale`,
             `num_register_tokens`, `no_embed_class`, `pre_norm`, `fc_norm`, `distilled`, `qkv_bias`, `patch_bias`,
             `activation` ("gelu_tanh", "gelu", "quick_gelu"; overrides `gelu_approximate`); for a model of any
@@ -378,6 +422,8 @@ def ViT(
         raise ValueError("`pos_grid` and `pos_interpolation` describe the position embeddings of a model that takes "
                          "any image size (image_size=None); a fixed-size model stores them at its own grid. Drop "
                          "them, or pass image_size=None.")
+    dtype = check_model_dtype(dtype)
+    _check_quantized_weights(weights, dtype)
     activation = family.pop("activation")
     if activation is None and gelu_approximate is not None:
         activation = "gelu_tanh" if gelu_approximate else "gelu"
@@ -424,10 +470,25 @@ def ViT(
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
         normalization=None if info is None else check_normalization(info.normalization),
         input_tensor=input_tensor, channels=channels, name=name, input_size=(height, width) if any_size else None,
+        dtype=dtype,
     )
     if info is not None:
         weights_lib.load_into(model, info, interpolation=interpolation, source_grid=source_grid)
     return model
+
+
+def _check_quantized_weights(weights, dtype) -> None:
+    """Refuse a float checkpoint for a model born quantized before anything is downloaded."""
+    if weights is None or not isinstance(dtype, keras.dtype_policies.DTypePolicyMap):
+        return
+    quantized = {path: dtype[path].quantization_mode for path in dtype if dtype[path].quantization_mode}
+    if quantized and not str(weights).endswith(weights_lib.KERAS_WEIGHTS_SUFFIX):
+        path, mode = next(iter(quantized.items()))
+        raise ValueError(
+            f"`dtype` quantizes {len(quantized)} layers (e.g. {path!r}: {mode}) but `weights={weights!r}` is a float "
+            f"checkpoint. Build the model without the quantized map, with weights={weights!r}, then call "
+            f"model.quantize({mode!r}); a quantized model's own .weights.h5 loads into a model built with `dtype`."
+        )
 
 
 def _variant_function_name(variant: str) -> str:
@@ -483,6 +544,7 @@ M={config.mlp_dim}, {config.num_heads} heads, {config.num_layers} layers{hybrid}
     `weights`: None (random), a published checkpoint ({published}), or a checkpoint path or URL;
     `interpolation` ("linear", vit_jax's, or "bicubic", Hugging Face's) and `source_grid` ((rows, cols) of a
     non-square stored grid) say how its position embeddings are resampled, as in `vit_keras.load_weights`.
+    `dtype`: a policy name, `keras.DTypePolicy` or `DTypePolicyMap` of layer paths (quantized layers), as in `ViT`.
 
     Example:
         >>> model = vit_keras.{function_name}(image_size=224, classes=10)  # doctest: +SKIP

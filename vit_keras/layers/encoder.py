@@ -8,6 +8,7 @@ from keras import ops
 
 from vit_keras.configs import POSITION_EMBEDDINGS
 from vit_keras.layers.checkpoint import CheckpointVariable, plain
+from vit_keras.layers.dtypes import SublayerPolicies
 from vit_keras.layers.interpolation import check_grid_interpolation, resample_grid
 
 CLASSIFIERS = ("token", "gap")
@@ -50,7 +51,7 @@ def _sincos_2d_grid(grid_size, hidden_size, temperature=10_000.0):
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
-class PatchEncoder(keras.layers.Layer):
+class PatchEncoder(SublayerPolicies, keras.layers.Layer):
     """Project flattened patches to `hidden_size`, prepend the class token and add position embeddings.
 
     Weight names follow vit_jax: `embedding` (the patch projection, a Dense on row-major flattened

@@ -7,6 +7,7 @@ import keras
 from keras import ops
 
 from vit_keras.layers.checkpoint import nested, plain
+from vit_keras.layers.dtypes import SublayerPolicies
 from vit_keras.layers.transformer import MlpBlock, attention_checkpoint_variables
 
 POOLINGS = ("token", "avg", "max", "map")
@@ -56,7 +57,7 @@ class TokenPooling(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
-class MAPHead(keras.layers.Layer):
+class MAPHead(SublayerPolicies, keras.layers.Layer):
     """Multi-head attention pooling: a learned probe attends to every token, then `x + MLP(LN(x))`.
 
     big_vision `MAPHead` (names `probe`, `MultiHeadDotProductAttention_0`, `LayerNorm_0`, `MlpBlock_0`), timm

@@ -1,7 +1,9 @@
 """The BiT-style ResNet stem of the R+ViT hybrids (vit_jax `models_resnet.py`).
 
 Weight-standardised convolutions, GroupNorm with 32 contiguous channel groups (eps 1e-6) and
-TF-style SAME padding, as the hybrid checkpoints were trained with.
+TF-style SAME padding, as the hybrid checkpoints were trained with. Every convolution and pooling is channels-last
+whatever `keras.config.image_data_format()` says: the stem works on the (batch, height, width, channels) images
+the model takes, and GroupNorm groups the last axis.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from keras import ops
 
 from vit_keras.configs import ResNetConfig
 from vit_keras.layers.checkpoint import nested
+from vit_keras.layers.dtypes import SublayerPolicies
 
 GROUP_NORM_EPSILON = 1e-6
+DATA_FORMAT = "channels_last"
 WEIGHT_STANDARDIZATION_EPSILON = 1e-5
 
 
@@ -45,7 +49,7 @@ def _group_norm(name, dtype):
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
-class BottleneckUnit(keras.layers.Layer):
+class BottleneckUnit(SublayerPolicies, keras.layers.Layer):
     """Pre-activation-free bottleneck: 1×1 → 3×3 (strided) → 1×1 (×4 channels), GroupNorm after each.
 
     The stride sits on the 3×3 `conv2` and on the projection, never on `conv1`. The last GroupNorm
@@ -64,7 +68,7 @@ class BottleneckUnit(keras.layers.Layer):
     def build(self, input_shape):
         d = self.dtype_policy
         out = 4 * self.features
-        conv = dict(use_bias=False, padding="same", dtype=d)
+        conv = dict(use_bias=False, padding="same", data_format=DATA_FORMAT, dtype=d)
         self.needs_projection = input_shape[-1] != out or self.strides != 1
         if self.needs_projection:
             self.conv_proj = StdConv2D(out, 1, strides=self.strides, name="conv_proj", **conv)
@@ -113,7 +117,7 @@ class BottleneckUnit(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
-class ResNetStem(keras.layers.Layer):
+class ResNetStem(SublayerPolicies, keras.layers.Layer):
     """Root (StdConv 7×7/2 → GroupNorm → ReLU → max-pool 3×3/2) and optional bottleneck stages.
 
     `num_layers=()` is the stem-only variant of R+Ti/16; `(3, 4, 9)` is R50+B/16's. Stage `i` has
@@ -130,9 +134,11 @@ class ResNetStem(keras.layers.Layer):
         self.config = ResNetConfig(tuple(int(n) for n in num_layers), int(width_factor))
         d = self.dtype_policy
         width = self.config.width
-        self.conv_root = StdConv2D(width, 7, strides=2, padding="same", use_bias=False, dtype=d, name="conv_root")
+        self.conv_root = StdConv2D(width, 7, strides=2, padding="same", use_bias=False, data_format=DATA_FORMAT,
+                                   dtype=d, name="conv_root")
         self.gn_root = _group_norm("gn_root", d)
-        self.pool = keras.layers.MaxPooling2D(3, strides=2, padding="same", dtype=d, name="pool")
+        self.pool = keras.layers.MaxPooling2D(3, strides=2, padding="same", data_format=DATA_FORMAT, dtype=d,
+                                              name="pool")
         self.units = []
         for stage, block_size in enumerate(self.config.num_layers):
             for unit in range(block_size):

@@ -7,6 +7,7 @@ from keras import ops
 
 from vit_keras.configs import ACTIVATIONS
 from vit_keras.layers.checkpoint import nested, plain
+from vit_keras.layers.dtypes import SublayerPolicies
 
 QUICK_GELU_SCALE = 1.702
 
@@ -32,7 +33,7 @@ def _resolve_activation(activation, gelu_approximate):
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
-class MlpBlock(keras.layers.Layer):
+class MlpBlock(SublayerPolicies, keras.layers.Layer):
     """`Dense(mlp_dim) → activation → dropout → Dense(D) → dropout`, named like vit_jax (`Dense_0`, `Dense_1`).
 
     `activation`: `"gelu_tanh"` (Google's checkpoints), `"gelu"` (exact erf: timm, transformers) or
@@ -136,7 +137,7 @@ def attention_checkpoint_variables(attention) -> dict:
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
-class TransformerBlock(keras.layers.Layer):
+class TransformerBlock(SublayerPolicies, keras.layers.Layer):
     """`x + MHSA(LN(x))`, then `x + MLP(LN(x))`, as in the paper's Eq. 2–3 (each branch scaled with LayerScale).
 
     Sub-layers carry vit_jax's raw checkpoint names (`LayerNorm_0`, `MultiHeadDotProductAttention_1`,

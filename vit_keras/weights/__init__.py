@@ -19,6 +19,7 @@ import os
 import warnings
 from collections.abc import Callable
 
+from vit_keras.layers.dtypes import quantized_layers
 from vit_keras.weights import download, google, hf, json_config, registry, timm
 from vit_keras.weights.assign import assign_params
 from vit_keras.weights.infer import infer_config_fields
@@ -343,6 +344,14 @@ def load_into(model, info: CheckpointInfo, *, interpolation: str = "linear", sou
             )
         load_keras_weights(model, info.path)
         return
+    quantized = quantized_layers(model)
+    if quantized:
+        path, mode = next(iter(quantized.items()))
+        raise ValueError(
+            f"{info.path}: this model has {len(quantized)} quantized layers (e.g. {path!r}: {mode}) and the "
+            "checkpoint's weights are float; nothing was loaded. Load them into the float model first, then "
+            f"quantize: vit_keras.load_weights(model, ...); model.quantize({mode!r})."
+        )
     _check_numerics(model, info)
     params = info.read(model_config(model).num_heads)
     assign_params(model, params, source=info.path, source_grid=source_grid or info.source_grid,

@@ -160,6 +160,16 @@ def _read(dataset) -> np.ndarray:
     return np.asarray(value)
 
 
+def _quantization_hint(model) -> str:
+    from vit_keras.layers.dtypes import quantized_layers
+
+    if not quantized_layers(model):
+        return (" (if they come from a quantized model: build this one with `dtype=` the quantized model's "
+                "vit_keras.layers.dtypes.policy_map)")
+    return ("; this model is quantized and the weights of a float model do not fit it: load them into the float "
+            "model, then call model.quantize(...)")
+
+
 def load_keras_weights(model, path) -> None:
     """Load a `.weights.h5` written by `model.save_weights` into `model`: all arrays, or none.
 
@@ -184,7 +194,8 @@ def load_keras_weights(model, path) -> None:
                           f"{len(mismatch.mis_shaped)} of another shape")
                 raise ValueError(
                     f"{path!r} does not fit this model ({counts}); nothing was loaded. Build the model with the "
-                    f"same arguments as the one that saved the weights.\n{mismatch.describe()}"
+                    f"same arguments as the one that saved the weights{_quantization_hint(model)}.\n"
+                    f"{mismatch.describe()}"
                 )
             # Everything is read before anything is assigned, so a read error leaves the model untouched.
             values = {key: _read(h5_file[key]) for key in expected}
