@@ -74,8 +74,9 @@ def describe_model(model, include_preprocessing=None) -> ServingSpec:
             `Rescaling` layer in the model).
 
     The output is served as `"probabilities"` after a final softmax (the ViT's own, or a user's
-    `Dense(n, activation="softmax")` head), as `"logits"` from vit_keras's linear `head` layer, and as
-    `"features"` otherwise: a user's linear `Dense` may be a projection as well as a classifier.
+    `Dense(n, activation="softmax")` head), as `"logits"` from vit_keras's linear `head` layer (or a distilled
+    DeiT's average of its two heads), and as `"features"` otherwise: a user's linear `Dense` may be a projection
+    as well as a classifier.
 
     Example:
         >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3,
@@ -125,6 +126,8 @@ def describe_model(model, include_preprocessing=None) -> ServingSpec:
         output_name = "probabilities"
     elif isinstance(producer, keras.layers.Dense) and producer.name == "head":
         output_name = "logits"
+    elif isinstance(producer, keras.layers.Average) and producer.name == "head_average":
+        output_name = "logits"  # a distilled DeiT's two heads, averaged
     else:
         output_name = "features"
     return ServingSpec(
