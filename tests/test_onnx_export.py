@@ -1,4 +1,4 @@
-"""vit_keras.export.to_onnx: ONNX Runtime gives the Keras model's outputs, for the paper's ViT, a hybrid and the family.
+"""vit_keras.export.to_onnx: ONNX Runtime gives the Keras model's outputs: the paper's ViT, a hybrid, the family.
 
 Each model is exported once (module-scoped) and run by ONNX Runtime on a batch; the tolerance is 1e-4 on the main
 output (ONNX Runtime's float32 kernels, not TensorFlow's) and the top-1 class must agree on every image. The
@@ -59,13 +59,17 @@ def onnx_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def plain(onnx_dir):
+    """A tiny ViT exported through `export_and_compare`'s ONNX row (labels: its own classes)."""
     keras.utils.set_random_seed(0)
     model = _randomised(vit_keras.ViT(image_size=32, classes=10, **TINY))
-    return model, export.to_onnx(model, onnx_dir / "plain.onnx")
+    images = _images((32, 32), count=8)
+    labels = _keras(model, images).argmax(-1)
+    (row,) = export.export_and_compare(model, images, onnx_dir, labels=labels, formats=("onnx",), print_fn=None)
+    return model, row.path, row
 
 
 def test_plain_vit_file_contract(plain):
-    _, path = plain
+    _, path, _ = plain
     proto = onnx.load(path)
     onnx.checker.check_model(proto)
     assert {entry.domain: entry.version for entry in proto.opset_import}[""] == export.DEFAULT_OPSET == 17
@@ -80,7 +84,7 @@ def test_plain_vit_file_contract(plain):
 
 
 def test_plain_vit_agrees_with_keras_at_any_batch_size(plain):
-    model, path = plain
+    model, path, _ = plain
     images = _images((32, 32), count=16)
     expected = _keras(model, images)
     assert float(np.abs(expected - expected.mean(0)).max()) > 0.05, "the classes must have distinct scores"
@@ -89,15 +93,24 @@ def test_plain_vit_agrees_with_keras_at_any_batch_size(plain):
     _assert_agrees(export.onnx_predict(session, images[:1])["probabilities"], expected[:1])
 
 
-def test_hybrid_agrees_with_keras(onnx_dir):
+def test_hybrid_feature_extractor_through_a_tensorflow_process(onnx_dir, monkeypatch):
+    """A hybrid (ResNet stem) built for [-1, 1] inputs, without pooling: the rescaling is in the graph and it serves
+    features and tokens. Exported the way a JAX or PyTorch model is (saved as .keras, converted by a
+    KERAS_BACKEND=tensorflow process)."""
     keras.utils.set_random_seed(0)
     model = _randomised(vit_keras.ViT(
         image_size=32, patch_size=2, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=96,
-        resnet={"num_layers": [1], "width_factor": 1}, classes=5, classifier_activation=None,
+        resnet={"num_layers": [1], "width_factor": 1}, include_top=False, include_preprocessing=False,
     ))
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")  # takes the .keras + subprocess route
     path = export.to_onnx(model, onnx_dir / "hybrid.onnx")
-    images = _images((32, 32))
-    _assert_agrees(export.onnx_predict(path, images)["logits"], _keras(model, images))
+    monkeypatch.undo()
+    images = _images((32, 32), count=4)
+    outputs = export.onnx_predict(path, images)
+    tokens = _keras(model, images / 127.5 - 1.0)
+    assert sorted(outputs) == ["features", "tokens"] and tokens.shape == (4, 1 + 16, 48)
+    np.testing.assert_allclose(outputs["tokens"], tokens, atol=ONNX_TOL, rtol=0)
+    np.testing.assert_allclose(outputs["features"], tokens[:, 0], atol=ONNX_TOL, rtol=0)
 
 
 @pytest.mark.parametrize("case", ["timm_dinov2_reg4", "timm_deit_distilled", "timm_siglip_map"])
@@ -115,21 +128,8 @@ def test_family_model_agrees_with_keras_and_timm(case, onnx_dir):
     _assert_agrees(got, timm_logits, FAMILY_TOL * max(1.0, float(np.abs(timm_logits).max())))
 
 
-def test_feature_extractor_without_preprocessing_takes_0_255(onnx_dir):
-    """A model built for [-1, 1] inputs gets the rescaling in the graph; no pooling gives features and tokens."""
-    keras.utils.set_random_seed(0)
-    model = _randomised(vit_keras.ViT(image_size=32, include_top=False, include_preprocessing=False, **TINY))
-    path = export.to_onnx(model, onnx_dir / "tokens.onnx")
-    images = _images((32, 32), count=4)
-    outputs = export.onnx_predict(path, images)
-    tokens = _keras(model, images / 127.5 - 1.0)
-    assert sorted(outputs) == ["features", "tokens"]
-    np.testing.assert_allclose(outputs["tokens"], tokens, atol=ONNX_TOL, rtol=0)
-    np.testing.assert_allclose(outputs["features"], tokens[:, 0], atol=ONNX_TOL, rtol=0)
-
-
 def test_errors_name_the_problem_and_the_fix(plain, tmp_path):
-    model, path = plain
+    model, path, _ = plain
     before = os.path.getmtime(path)
     with pytest.raises(ValueError, match="already exists; pass overwrite=True"):
         export.to_onnx(model, path)
@@ -145,30 +145,27 @@ def test_errors_name_the_problem_and_the_fix(plain, tmp_path):
     assert sorted(os.listdir(tmp_path)) == []  # nothing half-written
 
 
-def test_export_and_compare_has_an_onnx_row(plain, tmp_path):
-    model, _ = plain
-    images = _images((32, 32), count=8)
-    labels = _keras(model, images).argmax(-1)
-    (row,) = export.export_and_compare(model, images, tmp_path, labels=labels, formats=("onnx",), print_fn=None)
-    assert row.format == "onnx" and row.path == str(tmp_path / "vit.onnx")
-    assert row.top1_agreement == 1.0 and row.accuracy == 1.0 and row.meets_target
+def test_export_and_compare_has_an_onnx_row(plain, onnx_dir):
+    model, path, row = plain
+    assert row.format == "onnx" and path == str(onnx_dir / "vit.onnx")
+    assert row.top1_agreement == 1.0 and row.accuracy == 1.0 and row.meets_target and row.num_images == 8
     assert row.max_abs_diff <= ONNX_TOL and row.size_bytes > 4 * model.count_params()
     assert "onnx" not in export.DEFAULT_FORMATS
-    check = export.measure_agreement(model, row.path, images)
+    check = export.measure_agreement(model, path, _images((32, 32), count=4))
     assert check.format == "onnx" and check.top1_agreement == 1.0
 
 
 def test_cli_writes_onnx_and_refuses_to_replace_it(plain, tmp_path, capsys):
-    model, _ = plain
+    model, _, _ = plain
     keras_path = str(tmp_path / "tiny.keras")
     model.save(keras_path)
     output = str(tmp_path / "out" / "vit.onnx")
-    argv = ["export", output, "--format", "onnx", "--keras-model", keras_path]
+    argv = ["export", output, "--format", "onnx", "--keras-model", keras_path, "--num-check-images", "4"]
     assert cli_main([*argv, "--opset", "15"]) == 0
     out = capsys.readouterr().out
     assert f"wrote ONNX (opset 15, float32) to {output}" in out
     assert "input images float32[batch, 32, 32, 3]" in out
-    assert "agreement with the Keras model on 16 random images" in out and "top-1 100.00%" in out
+    assert "agreement with the Keras model on 4 random images" in out and "top-1 100.00%" in out
     assert {e.domain: e.version for e in onnx.load(output).opset_import}[""] == 15
     before = os.path.getmtime(output)
     assert cli_main(argv) == 2

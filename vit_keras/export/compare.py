@@ -218,6 +218,10 @@ def measure_latency(model_or_path, image, runs=50, num_threads=None) -> float:
         signature = tf.saved_model.load(os.fspath(model_or_path)).signatures[SERVING_DEFAULT]
         tensor = tf.constant(image)
         return _median_ms(lambda: signature(images=tensor), runs)
+    import keras
+
+    if keras.backend.backend() != "tensorflow":  # JAX and PyTorch compile predict_on_batch themselves
+        return _median_ms(lambda: model_or_path.predict_on_batch(image), runs)
     # XLA where it is faster for this model's precision on this hardware (the rule of `vit_keras.hardware`).
     jit_compile, _ = hardware.xla_pays(hardware.default_kind(), model_or_path.dtype_policy.name)
     function = tf.function(lambda x: model_or_path(x, training=False), autograph=False, jit_compile=jit_compile)

@@ -15,6 +15,7 @@ import tempfile
 
 import numpy as np
 
+from vit_keras.export.forward import tensorflow_forward
 from vit_keras.export.signatures import IMAGES_INPUT, describe_model, float32_model, images_spec, model_outputs
 from vit_keras.files import atomic_file, refuse_existing
 
@@ -47,11 +48,11 @@ def _convert_in_process(model, path, opset, include_preprocessing):
 
     tf2onnx = _import_tf2onnx()
     spec = describe_model(model, include_preprocessing)
-    model = float32_model(model)  # ONNX Runtime's CPU kernels have no bfloat16 MatMul
+    forward, _ = tensorflow_forward(float32_model(model), spec.image_size)  # ONNX Runtime's CPU has no bf16 MatMul
 
     @tf.function(input_signature=[images_spec(spec)], autograph=False)
     def serve(images):
-        return model_outputs(model, spec, images)
+        return model_outputs(forward, spec, images)
 
     model_proto, _ = tf2onnx.convert.from_function(
         serve, input_signature=[images_spec(spec)], opset=opset, custom_op_handlers={"Erfc": (_erfc_as_erf, [])}
@@ -87,7 +88,10 @@ def _convert_in_tensorflow_process(model, path, opset, include_preprocessing):
         command = [sys.executable, "-m", "vit_keras.export.onnx", keras_path, path, "--opset", str(opset)]
         if include_preprocessing is not None:
             command += ["--include-preprocessing", str(bool(include_preprocessing)).lower()]
-        env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
+        # The child imports this same vit_keras, wherever it was imported from.
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        python_path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "KERAS_BACKEND": "tensorflow", "PYTHONPATH": python_path}
         try:
             result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=CONVERSION_TIMEOUT_S)
         except subprocess.TimeoutExpired as error:
