@@ -93,6 +93,7 @@ def test_plain_vit_agrees_with_keras_at_any_batch_size(plain):
     _assert_agrees(export.onnx_predict(session, images[:1])["probabilities"], expected[:1])
 
 
+@pytest.mark.slow
 def test_hybrid_feature_extractor_through_a_tensorflow_process(onnx_dir, monkeypatch):
     """A hybrid (ResNet stem) built for [-1, 1] inputs, without pooling: the rescaling is in the graph and it serves
     features and tokens. Exported the way a JAX or PyTorch model is (saved as .keras, converted by a

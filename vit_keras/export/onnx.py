@@ -86,7 +86,9 @@ def _convert_in_tensorflow_process(model, path, opset, include_preprocessing):
     with tempfile.TemporaryDirectory(prefix="vit_onnx_") as workdir:
         keras_path = os.path.join(workdir, "model.keras")
         model.save(keras_path)
-        command = [sys.executable, "-m", "vit_keras.export.onnx", keras_path, path, "--opset", str(opset)]
+        # Not `-m vit_keras.export.onnx`: the package imports this module first, which runpy warns about.
+        entry = "import sys; from vit_keras.export.onnx import _main; sys.exit(_main(sys.argv[1:]))"
+        command = [sys.executable, "-c", entry, keras_path, path, "--opset", str(opset)]
         if include_preprocessing is not None:
             command += ["--include-preprocessing", str(bool(include_preprocessing)).lower()]
         # The child imports this same vit_keras, wherever it was imported from.
@@ -204,7 +206,7 @@ def onnx_predict(path_or_session, images, num_threads=None) -> dict:
 
 def _main(argv=None) -> int:
     """The TensorFlow-backend side of `to_onnx` for a JAX or PyTorch model: `.keras` in, `.onnx` out."""
-    parser = argparse.ArgumentParser(prog="python -m vit_keras.export.onnx", description=__doc__)
+    parser = argparse.ArgumentParser(prog="vit_keras.export.onnx", description=__doc__)
     parser.add_argument("keras_model")
     parser.add_argument("output")
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET)
@@ -220,7 +222,3 @@ def _main(argv=None) -> int:
     include = None if args.include_preprocessing is None else args.include_preprocessing == "true"
     to_onnx(model, args.output, opset=args.opset, include_preprocessing=include, overwrite=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main())
