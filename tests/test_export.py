@@ -541,6 +541,6 @@ def test_export_and_compare_writes_formats_and_prints_table(trained, digits, tmp
     assert table.splitlines()[0].startswith("| format | size | top-1 agreement")
     assert "| tflite_float32 |" in table and "100.00%" in table
     with pytest.raises(ValueError, match="Unknown formats"):
-        export.export_and_compare(trained, x_test[:4], tmp_path, formats=("onnx",))
+        export.export_and_compare(trained, x_test[:4], tmp_path, formats=("coreml",))
     with pytest.raises(ValueError, match=r"images must be \(N, 32, 32, 3\)"):
         export.export_and_compare(trained, x_test[:4, :16], tmp_path)

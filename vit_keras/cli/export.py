@@ -1,9 +1,10 @@
-"""`vit-keras export OUTPUT --format saved_model|tflite`: write a deployable model and check it against Keras.
+"""`vit-keras export OUTPUT --format saved_model|tflite|onnx`: write a deployable model and check it against Keras.
 
 Example:
     $ vit-keras export models/vit --format saved_model --keras-model vit.keras --version 2
     $ vit-keras export vit_int8.tflite --format tflite --quantization int8 --keras-model vit.keras \\
           --calibration-images train_images/
+    $ vit-keras export vit.onnx --format onnx --keras-model vit.keras --check-images val_images/
 """
 
 from __future__ import annotations
@@ -26,18 +27,20 @@ def register(subparsers) -> None:
         True
     """
     parser = subparsers.add_parser(
-        "export", help="export a ViT to a TF Serving SavedModel or a TFLite file", description=__doc__,
+        "export", help="export a ViT to a TF Serving SavedModel, a TFLite file or an ONNX file", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("output", help="SavedModel base directory (TF Serving's model_base_path) or .tflite file")
-    parser.add_argument("--format", required=True, choices=("saved_model", "tflite"), dest="export_format")
+    parser.add_argument(
+        "output", help="SavedModel base directory (TF Serving's model_base_path), .tflite file or .onnx file"
+    )
+    parser.add_argument("--format", required=True, choices=("saved_model", "tflite", "onnx"), dest="export_format")
     parser.add_argument(
         "--keras-model", default=None, metavar="FILE.keras",
         help="a .keras file to export (loaded with safe_mode=True); otherwise --model/--weights build one",
     )
     add_model_arguments(parser)
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace an existing SavedModel version directory or .tflite file")
+                        help="replace an existing SavedModel version directory, .tflite or .onnx file")
     group = parser.add_argument_group("SavedModel")
     group.add_argument("--version", type=int, default=1, help="version sub-directory (default: 1)")
     group.add_argument("--class-names", default=None, metavar="FILE", help="text file, one class name per line")
@@ -55,6 +58,8 @@ def register(subparsers) -> None:
     group.add_argument(
         "--integer-io", action="store_true", help="with int8: uint8 input pixels and uint8 output (Edge TPU style)"
     )
+    group = parser.add_argument_group("ONNX")
+    group.add_argument("--opset", type=int, default=None, help="ONNX opset, 13 to 18 (default: 17)")
     group = parser.add_argument_group("agreement check")
     group.add_argument(
         "--check-images", nargs="+", default=None, metavar="PATH",
@@ -115,13 +120,17 @@ def run(args) -> int:
 
     from vit_keras import export
 
-    if args.export_format == "saved_model" and (args.quantization or args.calibration_images or args.integer_io):
+    if args.export_format != "tflite" and (args.quantization or args.calibration_images or args.integer_io):
         raise ValueError("--quantization, --calibration-images and --integer-io apply to --format tflite only")
+    if args.export_format != "onnx" and args.opset is not None:
+        raise ValueError("--opset applies to --format onnx only")
+    if args.export_format == "onnx" and not args.output.endswith(".onnx"):
+        raise ValueError(f"the ONNX output should be a .onnx file, got {args.output!r}")
     if args.export_format == "tflite" and not args.output.endswith(".tflite"):
         raise ValueError(f"the TFLite output should be a .tflite file, got {args.output!r}")
     if args.export_format == "tflite" and args.quantization == "int8" and not args.calibration_images:
         raise ValueError("--quantization int8 needs --calibration-images (about 100 training images)")
-    if args.export_format == "tflite":
+    if args.export_format in ("tflite", "onnx"):
         refuse_existing(args.output, args.overwrite, "--overwrite")  # before the model is built and converted
 
     model = _load_model(args)
@@ -151,6 +160,11 @@ def run(args) -> int:
             print(f"  signature {name}: {inputs} -> {outputs}")
         print(f"serve it: docker run -p 8501:8501 -v {os.path.abspath(args.output)}:/models/vit "
               "-e MODEL_NAME=vit tensorflow/serving")
+    elif args.export_format == "onnx":
+        opset = export.DEFAULT_OPSET if args.opset is None else args.opset
+        path = export.to_onnx(model, args.output, opset=opset, overwrite=args.overwrite)
+        print(f"wrote ONNX (opset {opset}, float32) to {path} ({_mib(os.path.getsize(path))}); "
+              f"input images float32[batch, {size[0]}, {size[1]}, 3] in [0, 255]")
     else:
         calibration = None
         if args.quantization == "int8":

@@ -1,4 +1,4 @@
-"""Ship a ViT: a SavedModel that TF Serving serves as it is, and TFLite files for devices.
+"""Ship a ViT: a SavedModel that TF Serving serves as it is, TFLite files for devices, ONNX for ONNX Runtime.
 
 Example:
     >>> from vit_keras import export
@@ -7,10 +7,13 @@ Example:
     >>> export.tflite(model, "vit_int8.tflite", quantization="int8", representative_dataset=x_train[:100])
     ... # doctest: +SKIP
     'vit_int8.tflite'
+    >>> export.to_onnx(model, "vit.onnx")  # doctest: +SKIP
+    'vit.onnx'
 """
 
 from vit_keras.export.compare import (
     AGREEMENT_TARGETS,
+    DEFAULT_FORMATS,
     FORMATS,
     ExportCheck,
     export_and_compare,
@@ -21,12 +24,15 @@ from vit_keras.export.compare import (
     path_size,
 )
 from vit_keras.export.lite import QUANTIZATIONS, non_builtin_operators, tflite, tflite_operators, tflite_predict
+from vit_keras.export.onnx import DEFAULT_OPSET, onnx_predict, onnx_session, to_onnx
 from vit_keras.export.serving import saved_model, signature_summary
 from vit_keras.export.signatures import BYTES_INPUT, IMAGES_INPUT, SERVE_BYTES, SERVING_DEFAULT, describe_model
 
 __all__ = [
     "AGREEMENT_TARGETS",
     "BYTES_INPUT",
+    "DEFAULT_FORMATS",
+    "DEFAULT_OPSET",
     "FORMATS",
     "IMAGES_INPUT",
     "QUANTIZATIONS",
@@ -40,10 +46,13 @@ __all__ = [
     "measure_agreement",
     "measure_latency",
     "non_builtin_operators",
+    "onnx_predict",
+    "onnx_session",
     "path_size",
     "saved_model",
     "signature_summary",
     "tflite",
     "tflite_operators",
     "tflite_predict",
+    "to_onnx",
 ]

@@ -11,31 +11,36 @@ import numpy as np
 
 from vit_keras import hardware
 from vit_keras.export.lite import check_tflite_images, quantize_input, tflite, tflite_predict
+from vit_keras.export.onnx import onnx_predict, onnx_session, to_onnx
 from vit_keras.export.serving import saved_model
 from vit_keras.export.signatures import SERVING_DEFAULT, describe_model
 
-# The formats `export_and_compare` writes, by name: (file name, tflite quantization or None for SavedModel).
+# The formats `export_and_compare` writes, by name: the file name (None: the SavedModel directory).
 FORMATS = {
     "saved_model": None,
     "tflite_float32": "vit_float32.tflite",
     "tflite_float16": "vit_float16.tflite",
     "tflite_dynamic_int8": "vit_dynamic_int8.tflite",
     "tflite_int8": "vit_int8.tflite",
+    "onnx": "vit.onnx",
 }
+# What `export_and_compare` writes unless told: ONNX needs the optional tf2onnx and onnxruntime (extra `[onnx]`).
+DEFAULT_FORMATS = tuple(name for name in FORMATS if name != "onnx")
 _QUANTIZATION = {
     "tflite_float32": None,
     "tflite_float16": "float16",
     "tflite_dynamic_int8": "dynamic_int8",
     "tflite_int8": "int8",
 }
-# Top-1 agreement with the Keras model that a well-trained classifier keeps after export. TFLite float32 may
-# flip near-ties (and differs by bfloat16 rounding from a model trained under mixed_bfloat16).
+# Top-1 agreement with the Keras model that a well-trained classifier keeps after export. TFLite and ONNX float32
+# may flip near-ties (and differ by bfloat16 rounding from a model trained under mixed_bfloat16).
 AGREEMENT_TARGETS = {
     "saved_model": 1.0,
     "tflite_float32": 0.99,
     "tflite_float16": 0.99,
     "tflite_dynamic_int8": 0.99,
     "tflite_int8": 0.97,
+    "onnx": 0.99,
 }
 
 
@@ -44,8 +49,8 @@ class ExportCheck:
     """One exported format measured against the Keras model.
 
     Attributes:
-        format: `"keras"`, `"saved_model"`, `"tflite_float32"`, `"tflite_float16"`, `"tflite_dynamic_int8"`
-            or `"tflite_int8"`.
+        format: `"keras"`, `"saved_model"`, `"tflite_float32"`, `"tflite_float16"`, `"tflite_dynamic_int8"`,
+            `"tflite_int8"` or `"onnx"`.
         path: the file or directory.
         size_bytes: its size on disk.
         num_images: how many images were compared.
@@ -108,7 +113,7 @@ def keras_reference(model, images, include_preprocessing=None, batch_size=64):
 
 
 def exported_predict(path, images, batch_size=64, num_threads=None):
-    """The main output (probabilities, logits or features) of a SavedModel version dir or `.tflite` file.
+    """The main output (probabilities, logits or features) of a SavedModel version dir, `.tflite` or `.onnx` file.
 
     Example:
         >>> exported_predict("models/vit/1", images).shape  # doctest: +SKIP
@@ -117,6 +122,9 @@ def exported_predict(path, images, batch_size=64, num_threads=None):
     images = np.asarray(images, dtype=np.float32)
     if str(path).endswith(".tflite"):
         outputs = [tflite_predict(path, b, num_threads=num_threads) for b in _batches(images, batch_size)]
+    elif str(path).endswith(".onnx"):
+        session = onnx_session(path, num_threads)
+        outputs = [onnx_predict(session, b) for b in _batches(images, batch_size)]
     else:
         import tensorflow as tf
 
@@ -148,11 +156,11 @@ def _check(format_name, path, reference, predicted, labels, classifier, latency_
 
 
 def measure_agreement(model, exported_path, images, labels=None, include_preprocessing=None, format_name=None):
-    """Compare an exported SavedModel version dir or `.tflite` file with the Keras model on `images`.
+    """Compare an exported SavedModel version dir, `.tflite` or `.onnx` file with the Keras model on `images`.
 
     Args:
         model: the Keras model that was exported.
-        exported_path: what `saved_model()` or `tflite()` returned.
+        exported_path: what `saved_model()`, `tflite()` or `to_onnx()` returned.
         images: float RGB (N, H, W, 3) in [0, 255], ideally held-out images.
         labels: optional (N,) class ids, to report accuracy too.
 
@@ -168,7 +176,8 @@ def measure_agreement(model, exported_path, images, labels=None, include_preproc
     reference = keras_reference(model, images, include_preprocessing)
     predicted = exported_predict(exported_path, images)
     if format_name is None:
-        format_name = "tflite" if str(exported_path).endswith(".tflite") else "saved_model"
+        suffix = os.path.splitext(str(exported_path))[1]
+        format_name = {".tflite": "tflite", ".onnx": "onnx"}.get(suffix, "saved_model")
     return _check(format_name, exported_path, reference, predicted, labels, spec.is_classifier)
 
 
@@ -184,7 +193,7 @@ def _median_ms(call, runs, warmup=3):
 
 
 def measure_latency(model_or_path, image, runs=50, num_threads=None) -> float:
-    """Median milliseconds of one batch-1 call on the CPU, for a Keras model, a SavedModel dir or a `.tflite`.
+    """Median milliseconds of one batch-1 call on the CPU: a Keras model, a SavedModel dir, `.tflite` or `.onnx`.
 
     Example:
         >>> measure_latency("vit_int8.tflite", x_test[:1])  # doctest: +SKIP
@@ -202,10 +211,17 @@ def measure_latency(model_or_path, image, runs=50, num_threads=None) -> float:
         runner = interpreter.get_signature_runner(SERVING_DEFAULT)
         image = quantize_input(runner, image)
         return _median_ms(lambda: runner(images=image), runs)
+    if isinstance(model_or_path, str | os.PathLike) and str(model_or_path).endswith(".onnx"):
+        session = onnx_session(model_or_path, num_threads)
+        return _median_ms(lambda: onnx_predict(session, image), runs)
     if isinstance(model_or_path, str | os.PathLike):
         signature = tf.saved_model.load(os.fspath(model_or_path)).signatures[SERVING_DEFAULT]
         tensor = tf.constant(image)
         return _median_ms(lambda: signature(images=tensor), runs)
+    import keras
+
+    if keras.backend.backend() != "tensorflow":  # JAX and PyTorch compile predict_on_batch themselves
+        return _median_ms(lambda: model_or_path.predict_on_batch(image), runs)
     # XLA where it is faster for this model's precision on this hardware (the rule of `vit_keras.hardware`).
     jit_compile, _ = hardware.xla_pays(hardware.default_kind(), model_or_path.dtype_policy.name)
     function = tf.function(lambda x: model_or_path(x, training=False), autograph=False, jit_compile=jit_compile)
@@ -220,7 +236,7 @@ def export_and_compare(
     labels=None,
     representative_dataset=None,
     class_names=None,
-    formats=tuple(FORMATS),
+    formats=DEFAULT_FORMATS,
     latency_runs=0,
     num_threads=None,
     include_preprocessing=None,
@@ -229,7 +245,8 @@ def export_and_compare(
     """Export `model` to every deployment format and compare each with the Keras model on held-out `images`.
 
     Writes `<output_dir>/saved_model/1/` (TF Serving layout) and
-    `<output_dir>/vit_{float32,float16,dynamic_int8,int8}.tflite`, replacing earlier ones, then prints a table of
+    `<output_dir>/vit_{float32,float16,dynamic_int8,int8}.tflite` (and `<output_dir>/vit.onnx` when `"onnx"` is in
+    `formats`), replacing earlier ones, then prints a table of
     size, top-1 agreement with Keras, max abs difference, accuracy (with `labels`) and, with `latency_runs > 0`, the
     median CPU latency of a batch-1 call.
 
@@ -241,7 +258,7 @@ def export_and_compare(
         representative_dataset: calibration images for full int8 (training images; see `tflite`); defaults to
             `images` when not given, which flatters int8 slightly.
         class_names: served as `top_k_labels` by the SavedModel.
-        formats: a subset of `FORMATS`.
+        formats: a subset of `FORMATS` (default `DEFAULT_FORMATS`: all but `"onnx"`).
         latency_runs: batch-1 calls to time per format (0: no timing). A `"keras"` row is added when timing.
         print_fn: where the table goes (None: print nothing).
 
@@ -280,6 +297,11 @@ def export_and_compare(
             path = saved_model(
                 model, os.path.join(output_dir, "saved_model"), version=1, class_names=class_names,
                 overwrite=True, include_preprocessing=include_preprocessing,
+            )
+        elif name == "onnx":
+            path = to_onnx(
+                model, os.path.join(output_dir, FORMATS[name]), include_preprocessing=include_preprocessing,
+                overwrite=True,
             )
         else:
             quantization = _QUANTIZATION[name]

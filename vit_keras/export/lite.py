@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 
+from vit_keras.export.forward import tensorflow_forward
 from vit_keras.export.signatures import SERVING_DEFAULT, describe_model, float32_model, images_spec, model_outputs
 from vit_keras.files import atomic_file, refuse_existing
 
@@ -85,15 +86,19 @@ def calibration_images(representative_dataset, image_size, max_samples=DEFAULT_C
 
 
 def _tflite_module(model, spec):
+    import keras
     import tensorflow as tf
 
+    # A JAX model's graph is converted at batch 1: the TFLite converter cannot lower its dynamic-batch gathers.
+    batch_size = None if keras.backend.backend() == "tensorflow" else 1
+    forward, variables = tensorflow_forward(model, spec.image_size, batch_size)
     module = tf.Module(name="vit_tflite")
     # Track the model's variables, not the model: a compiled model would drag its optimizer state along.
-    module.model_variables = list(model.variables)
+    module.model_variables = variables
 
-    @tf.function(input_signature=[images_spec(spec)], autograph=False)
+    @tf.function(input_signature=[images_spec(spec, batch_size)], autograph=False)
     def serve(images):
-        return model_outputs(model, spec, images)
+        return model_outputs(forward, spec, images)
 
     module.serve = serve
     return module, serve
@@ -175,7 +180,8 @@ def tflite(
     """Convert `model` to a TFLite file, with builtin TFLite ops only.
 
     The file has one signature, `serving_default`: input `images` float32 (batch, H, W, 3) RGB in [0, 255]
-    (batch 1 by default; resize the input for larger batches), output `probabilities`, `logits` or `features`
+    (batch 1 by default; resize the input for larger batches, except in a file converted under the JAX backend,
+    whose batch is fixed at 1), output `probabilities`, `logits` or `features`
     (and `tokens`), like the SavedModel's. Conversion runs through a SavedModel and concrete function, with
     `TFLITE_BUILTINS` (`TFLITE_BUILTINS_INT8` for int8): an op without a builtin kernel fails the conversion
     instead of silently becoming a Flex op, and the result is checked for custom ops.
@@ -298,6 +304,11 @@ def tflite_predict(path, images, num_threads=None) -> dict:
     interpreter = Interpreter(model_path=os.fspath(path), num_threads=num_threads)
     detail = interpreter.get_input_details()[0]
     check_tflite_images(path, detail, images)
+    fixed_batch = int(detail["shape_signature"][0])  # -1: any batch; 1 in a file converted under JAX
+    if fixed_batch > 0 and len(images) != fixed_batch:
+        parts = [tflite_predict(path, images[i : i + fixed_batch], num_threads)
+                 for i in range(0, len(images), fixed_batch)]
+        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
     interpreter.resize_tensor_input(detail["index"], list(images.shape))
     interpreter.allocate_tensors()
     runner = interpreter.get_signature_runner(SERVING_DEFAULT)

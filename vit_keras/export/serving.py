@@ -5,6 +5,7 @@ from __future__ import annotations
 import numbers
 import os
 
+from vit_keras.export.forward import tensorflow_forward
 from vit_keras.export.signatures import (
     SERVING_DEFAULT,
     check_class_names,
@@ -39,10 +40,11 @@ def build_serving_module(model, top_k: int = 5, class_names=None, include_prepro
 
     spec = describe_model(model, include_preprocessing, allow_any_size=True)
     names = check_class_names(spec, class_names)
-    functions = serving_functions(model, spec, check_top_k(spec, top_k), names)
+    forward, variables = tensorflow_forward(model, spec.image_size)
+    functions = serving_functions(forward, spec, check_top_k(spec, top_k), names)
     module = tf.Module(name="vit_serving")
     # Track the model's variables, not the model: a compiled model would drag its optimizer state along.
-    module.model_variables = list(model.variables)
+    module.model_variables = variables
     for name, function in functions.items():
         setattr(module, name, function)
     return module, functions
@@ -74,7 +76,8 @@ def saved_model(
 
     The directory is written to a hidden temporary directory beside it and renamed into place, so TF
     Serving never loads a half-written version. It loads with TensorFlow alone (`tf.saved_model.load`), no
-    vit_keras needed.
+    vit_keras needed. A model built under the JAX backend is exported through `jax2tf` (see
+    `vit_keras.export.forward`); under PyTorch, save it and export from the TensorFlow backend.
 
     Args:
         model: a vit_keras model with a fixed image size.

@@ -97,8 +97,9 @@ def describe_model(model, include_preprocessing=None, allow_any_size=False) -> S
             width (a SavedModel can; TFLite cannot).
 
     The output is served as `"probabilities"` after a final softmax (the ViT's own, or a user's
-    `Dense(n, activation="softmax")` head), as `"logits"` from vit_keras's linear `head` layer, and as
-    `"features"` otherwise: a user's linear `Dense` may be a projection as well as a classifier.
+    `Dense(n, activation="softmax")` head), as `"logits"` from vit_keras's linear `head` layer (or a distilled
+    DeiT's average of its two heads), and as `"features"` otherwise: a user's linear `Dense` may be a projection
+    as well as a classifier.
 
     Example:
         >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3,
@@ -152,6 +153,8 @@ def describe_model(model, include_preprocessing=None, allow_any_size=False) -> S
         output_name = "probabilities"
     elif isinstance(producer, keras.layers.Dense) and producer.name == "head":
         output_name = "logits"
+    elif isinstance(producer, keras.layers.Average) and producer.name == "head_average":
+        output_name = "logits"  # a distilled DeiT's two heads, averaged
     else:
         output_name = "features"
     return ServingSpec(
@@ -228,17 +231,20 @@ def check_top_k(spec: ServingSpec, top_k) -> int:
     return min(int(top_k), spec.output_size) if spec.is_classifier else int(top_k)
 
 
-def model_outputs(model, spec: ServingSpec, images):
+def model_outputs(forward, spec: ServingSpec, images):
     """The model's outputs, by exported name, for float RGB `images` in [0, 255] (a `tf.Tensor`).
 
+    `forward` runs the model on a `tf.Tensor` (`export.forward.tensorflow_forward`, for any backend).
+
     Example:
-        >>> model_outputs(model, describe_model(model), tf.zeros((1, 224, 224, 3)))  # doctest: +SKIP
+        >>> forward, _ = tensorflow_forward(model, (224, 224))  # doctest: +SKIP
+        >>> model_outputs(forward, describe_model(model), tf.zeros((1, 224, 224, 3)))  # doctest: +SKIP
         {'probabilities': <tf.Tensor: shape=(1, 1000), dtype=float32, ...>}
     """
     import tensorflow as tf
 
     x = images if spec.model_rescales else images / 127.5 - 1.0
-    y = model(x, training=False)
+    y = forward(x)
     if spec.output_name != "tokens":
         return {spec.output_name: tf.cast(y, tf.float32)}
     tokens = tf.cast(y, tf.float32)
@@ -334,11 +340,12 @@ def decode_images(image_bytes, image_size):
     return tf.map_fn(decode, image_bytes, fn_output_signature=tf.TensorSpec((*image_size, 3), tf.float32))
 
 
-def serving_functions(model, spec: ServingSpec, top_k: int = 5, class_names=None):
-    """The `serving_default` (float images) and `serve_bytes` (encoded images) `tf.function`s.
+def serving_functions(forward, spec: ServingSpec, top_k: int = 5, class_names=None):
+    """The `serving_default` (float images) and `serve_bytes` (encoded images) `tf.function`s around `forward`
+    (the model as a TensorFlow callable: `export.forward.tensorflow_forward`).
 
     Example:
-        >>> sorted(serving_functions(model, describe_model(model)))  # doctest: +SKIP
+        >>> sorted(serving_functions(forward, describe_model(model)))  # doctest: +SKIP
         ['serve_bytes', 'serving_default']
     """
     import tensorflow as tf
@@ -346,11 +353,11 @@ def serving_functions(model, spec: ServingSpec, top_k: int = 5, class_names=None
     @tf.function(input_signature=[images_spec(spec)], autograph=False)
     def serve_images(images):
         images = check_image_size(images, spec)
-        return with_top_k(model_outputs(model, spec, images), spec, top_k, class_names)
+        return with_top_k(model_outputs(forward, spec, images), spec, top_k, class_names)
 
     @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name=BYTES_INPUT)], autograph=False)
     def serve_bytes(image_bytes):
         images = decode_images(image_bytes, spec.image_size)
-        return with_top_k(model_outputs(model, spec, images), spec, top_k, class_names)
+        return with_top_k(model_outputs(forward, spec, images), spec, top_k, class_names)
 
     return {SERVING_DEFAULT: serve_images, SERVE_BYTES: serve_bytes}
