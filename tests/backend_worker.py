@@ -107,9 +107,10 @@ def one_step_weights() -> dict:
     return {**weights_of(model), **{f"start_w{i}": w for i, w in enumerate(start)}}
 
 
-def jax_parallel(out: str, data_dir: str) -> dict:
+def jax_parallel(out: str, data_dir: str, one_device: dict) -> dict:
     """On 2 logical CPU devices: a model built under `model_parallel(2)` (its shardings and its logits against
-    the same weights unsharded), and the tiny recipe trained with `data_parallel()` and on one device."""
+    the same weights unsharded), and `fit_and_resume`'s recipe trained with `data_parallel()`, whose weights
+    must match `one_device` (that recipe's weights from one device)."""
     import jax
     import keras
 
@@ -127,17 +128,16 @@ def jax_parallel(out: str, data_dir: str) -> dict:
     plain.set_weights(sharded.get_weights())
     images = np.random.default_rng(0).uniform(-1, 1, (4, 16, 16, 3)).astype(np.float32)
     specs = {v.path: str(tuple(v.value.sharding.spec)) for v in sharded.weights}
-    single = training.train(tiny_vit, "vit_keras_digits", config(), output_dir=os.path.join(out, "single"),
-                            data_dir=data_dir, verbose=0)
-    data_parallel = training.train(tiny_vit, "vit_keras_digits", config(), output_dir=os.path.join(out, "dp"),
-                                   data_dir=data_dir, verbose=0, distribution=parallel.data_parallel())
+    data_parallel = training.train(tiny_vit, "vit_keras_digits", config().replace(accumulation_steps=2),
+                                   output_dir=os.path.join(out, "data_parallel"), data_dir=data_dir, verbose=0,
+                                   distribution=parallel.data_parallel())
     return dict(
         sharded_logits=keras.ops.convert_to_numpy(sharded(images)),
         plain_logits=keras.ops.convert_to_numpy(plain(images)),
         spec_names=np.array(list(specs)), spec_values=np.array(list(specs.values())),
         data_parallel_devices=np.array(min(len(v.value.sharding.device_set) for v in data_parallel.model.weights)),
-        updates=np.array([single.updates, data_parallel.updates]),
-        **{f"single_{k}": v for k, v in weights_of(single.model).items()},
+        updates=np.array(data_parallel.updates),
+        **{f"single_{k}": v for k, v in one_device.items()},
         **{f"data_parallel_{k}": v for k, v in weights_of(data_parallel.model).items()},
     )
 
@@ -157,9 +157,11 @@ def main(argv=None):
         np.savez(os.path.join(args.out, "inspection.npz"), **inspection_results())
         np.savez(os.path.join(args.out, "one_step.npz"), **one_step_weights())
         if args.data_dir:
-            np.savez(os.path.join(args.out, "training.npz"), **fit_and_resume(args.out, args.data_dir))
-        if args.data_dir and keras.backend.backend() == "jax":
-            np.savez(os.path.join(args.out, "parallel.npz"), **jax_parallel(args.out, args.data_dir))
+            training = fit_and_resume(args.out, args.data_dir)
+            np.savez(os.path.join(args.out, "training.npz"), **training)
+            if keras.backend.backend() == "jax":
+                reference = {k[len("reference_"):]: v for k, v in training.items() if k.startswith("reference_")}
+                np.savez(os.path.join(args.out, "parallel.npz"), **jax_parallel(args.out, args.data_dir, reference))
     except Exception:  # reported to the parent test with the backend's name
         print(f"failed on {keras.backend.backend()}:", flush=True)
         traceback.print_exc(file=sys.stdout)

@@ -36,15 +36,15 @@ FIXTURE_TESTS = [
     "tests/test_family.py::test_family_fixture_through_from_pretrained_and_keras_round_trip",
     "tests/test_inspection_models.py::test_first_block_attention_matches_numpy_softmax_of_the_blocks_weights",
 ]
-# JAX compiles every new op shape eagerly; on a shared 2-core runner the whole set takes minutes. One case of each
-# fixture family and kind of model: vit_jax token, gap and hybrid (ResNet stem), transformers ViT, timm with
-# distillation token and with a MAP head, transformers DINOv2 and CLIP.
+# JAX compiles every new op shape eagerly; on a shared 2-core runner the whole set takes minutes. Every fixture
+# family at least once (PyTorch runs them all): vit_jax token and hybrid (the ResNet stem's convolutions and group
+# norms), transformers ViT, timm with a MAP head, transformers DINOv2 (layer scale).
 JAX_CASES = [
     "tests/test_weights_fixtures.py::test_reference_logits[" + case + "]"
-    for case in ("vitjax_token_raw", "vitjax_gap", "vitjax_hybrid_r2", "hf_dir")
+    for case in ("vitjax_token_raw", "vitjax_hybrid_r2", "hf_dir")
 ] + [
     "tests/test_family.py::test_family_fixture_through_from_pretrained_and_keras_round_trip[" + case + "]"
-    for case in ("timm_deit_distilled", "timm_siglip_map", "hf_dinov2", "hf_clip_vision")
+    for case in ("timm_siglip_map", "hf_dinov2")
 ] + FIXTURE_TESTS[2:]
 TESTS = {"jax": JAX_CASES, "torch": FIXTURE_TESTS}
 
@@ -131,7 +131,7 @@ def _check_jax_parallel(path):
         assert specs[block + "MlpBlock_3/Dense_1/kernel"] == "('model', None)"
         assert specs["head/kernel"] == "(None, None)"  # replicated
         np.testing.assert_allclose(run["sharded_logits"], run["plain_logits"], rtol=0, atol=1e-5)
-        assert run["data_parallel_devices"] == 2 and run["updates"].tolist() == [6, 6]
+        assert run["data_parallel_devices"] == 2 and run["updates"] == 6
         for name in (n for n in run.files if n.startswith("single_")):
             # The TensorFlow MirroredStrategy test's tolerance (measured here: 5.5e-6).
             np.testing.assert_allclose(run["data_parallel_" + name[len("single_"):]], run[name], rtol=0,
@@ -154,5 +154,6 @@ def test_keras_distribution_is_refused_off_jax_with_the_fix():
     with pytest.raises(ValueError, match="KERAS_BACKEND=jax"):
         parallel.model_parallel(model_devices=2)
     with pytest.raises(ValueError, match="tf.distribute `strategy`"):
-        training.train(lambda: None, "vit_keras_digits", training.finetune(total_steps=1), output_dir="unused",
+        training.train(lambda: None, "vit_keras_digits", training.finetune(total_steps=10, warmup_steps=1),
+                       output_dir="unused",
                        distribution=object())
