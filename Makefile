@@ -10,7 +10,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[cpu,test]"
+	$(BIN)/python -m pip install --quiet -e ".[tensorflow,jax,test]"
 	# Test-only timm parity: --no-deps keeps the CPU torch (tests/conftest.py makes torchvision's ops optional).
 	$(BIN)/python -m pip install --quiet --no-deps timm==1.0.31 torchvision==0.28.0
 	# Test-only: the TF Serving request protos; --no-deps, since it requires the CUDA `tensorflow` package.
@@ -32,7 +32,7 @@ PEERS := $(VENV)/.peers
 $(PEERS): $(STAMP)
 	$(BIN)/python -m pip install --quiet --no-deps keras-hub==0.32.0
 	# ONNX Runtime on timm's ONNX export (the `benchmark` extra: onnxruntime and onnx, pinned there).
-	$(BIN)/python -m pip install --quiet -e ".[cpu,test,benchmark]"
+	$(BIN)/python -m pip install --quiet -e ".[tensorflow,jax,test,benchmark]"
 	$(BIN)/python -m pip install --quiet --no-deps --target .venv-vitkeras020 vit-keras==0.2.0 validators==0.35.0 \
 		opencv-python-headless==5.0.0.93
 	touch $(PEERS)
@@ -63,3 +63,14 @@ compat-check: $(STAMP)
 	select=$$([ "$(COMPAT_NETWORK)" = 1 ] || echo "--deselect tests/test_urls.py::test_urls"); \
 	cd "$$tmp/run" && PYTHONPATH="$(CURDIR)" "$(abspath $(BIN))/python" -m pytest -v -rA -p no:cacheprovider \
 		--rootdir . $$select tests
+
+.PHONY: check-jax-install
+# The core install plus [jax] in a fresh virtualenv (from PyPI; a few minutes): TensorFlow must not be installed,
+# and a model, a timm directory (from_pretrained), predict and fit must run on JAX.
+check-jax-install:
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(PYTHON) -m venv "$$tmp/venv"; \
+	"$$tmp/venv/bin/python" -m pip install --quiet --upgrade pip; \
+	"$$tmp/venv/bin/python" -m pip install --quiet "$(CURDIR)[jax]"; \
+	cd "$$tmp" && KERAS_BACKEND=jax "$$tmp/venv/bin/python" "$(CURDIR)/scripts/check_core_install.py" \
+		--timm-dir "$(CURDIR)/tests/fixtures/family/timm_deit_distilled"

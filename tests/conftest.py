@@ -1,4 +1,5 @@
-"""Shared test set-up: quiet TensorFlow, a float32 policy per test, a tiny model, and importable timm."""
+"""Shared test set-up: quiet TensorFlow, a float32 policy per test, a tiny model, importable timm, and TF-only
+tests skipped when KERAS_BACKEND is jax or torch."""
 
 import os
 
@@ -13,6 +14,22 @@ make_torchvision_importable()
 
 # A model small enough to build and run in well under a second on a laptop CPU.
 TINY = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
+
+
+# Whole files that exercise TensorFlow itself (SavedModel/TFLite export, tf.distribute, tf.data graphs of Keras
+# models); single tests elsewhere carry @pytest.mark.tf_only.
+TF_ONLY_FILES = {"test_export.py", "test_export_cli.py", "test_training_distributed.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the TF-only files' tests, and skip every tf_only test on another backend (a backend per process)."""
+    backend = keras.backend.backend()
+    skip = pytest.mark.skip(reason=f"needs the TensorFlow backend (KERAS_BACKEND={backend})")
+    for item in items:
+        if item.path.name in TF_ONLY_FILES:
+            item.add_marker(pytest.mark.tf_only)
+        if backend != "tensorflow" and item.get_closest_marker("tf_only"):
+            item.add_marker(skip)
 
 
 @pytest.fixture

@@ -163,6 +163,7 @@ def test_bicubic_antialias_resampling_equals_torch():
 
 
 @pytest.mark.slow
+@pytest.mark.tf_only
 def test_family_model_exports_to_saved_model_and_tflite(tmp_path):
     """A DINOv2-with-registers model (LayerScale, registers, no_embed_class, patch 14, timm normalisation) through
     the same export helpers as the paper's models: SavedModel and float32 TFLite give the Keras probabilities."""

@@ -7,6 +7,7 @@ Example:
     0.03
 """
 
+from vit_keras.training import parallel  # noqa: F401  (training.parallel: keras.distribution on JAX)
 from vit_keras.training.callbacks import (
     BestCheckpoint,
     LastCheckpoint,

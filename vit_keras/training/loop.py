@@ -228,7 +228,7 @@ def write_text(path: str, text: str) -> None:
 def train(build_model, train_data, config, *, output_dir: str, validation_data=None, train_split: str = "train",
           validation_split: str | None = None, validation_fraction: float = VALIDATION_FRACTION,
           data_dir: str | None = None, strategy=None, tpu: str | None = None, num_classes: int | None = None,
-          verbose="auto", callbacks=()) -> TrainResult:
+          verbose="auto", callbacks=(), distribution=None) -> TrainResult:
     """Train the model `build_model()` returns on `train_data` with `config` (see `finetune` / `pretrain`).
 
     `build_model` is called inside the strategy's scope under the chosen dtype policy, so its variables land on
@@ -241,7 +241,9 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
     `ValueError` says so otherwise; `pretrain()` asks for 0.1).
 
     `accumulation_steps` works on one device and under every `tf.distribute` strategy: k micro-batches of b
-    train exactly as one batch of k·b.
+    train exactly as one batch of k·b. On the JAX backend, `distribution` (a `keras.distribution` such as
+    `training.parallel.data_parallel()` or `model_parallel(...)`) spreads the run over local devices instead;
+    TensorBoard and the tf.data input need TensorFlow installed on every backend.
 
     `output_dir` receives `logs/` (TensorBoard), `checkpoints/best.keras` and `last.keras`, `backup/` (deleted
     when the run completes) and `results.json`. Running the same call again after an interruption resumes at
@@ -262,6 +264,17 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
 
     train_split, validation_split = _resolve_splits(train_data, validation_data, train_split, validation_split,
                                                     validation_fraction)
+    if distribution is not None:
+        if keras.backend.backend() != "jax" or strategy is not None or tpu is not None:
+            raise ValueError(
+                "`distribution` (keras.distribution) needs KERAS_BACKEND=jax and no `strategy`/`tpu`; on "
+                f"TensorFlow (backend now {keras.backend.backend()!r}) pass a tf.distribute `strategy` instead."
+            )
+        with distribution.scope():
+            return train(build_model, train_data, config, output_dir=output_dir, validation_data=validation_data,
+                         train_split=train_split, validation_split=validation_split,
+                         validation_fraction=validation_fraction, data_dir=data_dir, num_classes=num_classes,
+                         verbose=verbose, callbacks=callbacks)
     strategy = strategy or select_strategy(tpu=tpu)
     plan = plan_execution(strategy, config.precision, config.jit_compile)
     if config.deterministic and plan.jit_compile:

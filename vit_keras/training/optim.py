@@ -78,6 +78,8 @@ class RecipeOptimizerMixin:
         return super()._get_current_learning_rate()
 
     def _clip_gradients(self, grads):
+        if keras.backend.backend() != "tensorflow":  # replicas exist only under tf.distribute
+            return super()._clip_gradients(grads)
         import tensorflow as tf
 
         context = tf.distribute.get_replica_context()
@@ -89,6 +91,8 @@ class RecipeOptimizerMixin:
         return [g / replicas for g in super()._clip_gradients(summed)]
 
     def _backend_apply_gradients(self, grads, trainable_variables):
+        if keras.backend.backend() != "tensorflow":
+            return super()._backend_apply_gradients(grads, trainable_variables)
         import tensorflow as tf
 
         context = tf.distribute.get_replica_context()

@@ -203,6 +203,13 @@ def plan_execution(strategy, precision: str = "auto", jit_compile: bool = True, 
         jit_compile = False
         if precision != "auto":  # the automatic choice's note already says so
             departures.append(why_not)
+    import keras
+
+    if jit_compile and keras.backend.backend() == "torch":
+        # Keras' jit_compile on PyTorch is torch.compile, which recompiles the train step as the optimizer's state
+        # changes (recompilation limits hit in a 6-step CPU run); Keras' own default there is eager.
+        jit_compile = False
+        notes = [*notes, "torch.compile off: Keras' PyTorch backend runs the train step eagerly"]
     for note in departures:
         logger.warning(note)
     return ExecutionPlan(policy, jit_compile, tuple(notes + departures))
