@@ -225,6 +225,33 @@ def write_text(path: str, text: str) -> None:
         handle.write(text)
 
 
+def execution_plan(config, strategy=None, tpu=None):
+    """The `tf.distribute` strategy and the precision/XLA plan a run uses, checked against `config`'s batch.
+
+    Shared by `train` and `masked_patch_pretrain`: the strategy given (or the one `select_strategy` picks), the plan
+    `plan_execution` makes for the hardware (XLA off when `config.deterministic`), and a `ValueError` when a step's
+    micro-batch does not split over the replicas.
+
+    Example:
+        >>> strategy, plan = execution_plan(finetune(batch_size=64))  # doctest: +SKIP
+        >>> plan.policy  # doctest: +SKIP
+        'float32'
+    """
+    strategy = strategy or select_strategy(tpu=tpu)
+    plan = plan_execution(strategy, config.precision, config.jit_compile)
+    if config.deterministic and plan.jit_compile:
+        # TensorFlow's op determinism does not cover every XLA kernel (Keras drops XLA for the same reason).
+        plan = dataclasses.replace(plan, jit_compile=False, notes=(*plan.notes, "XLA off: deterministic ops"))
+    replicas = strategy.num_replicas_in_sync
+    if config.micro_batch_size % replicas:
+        raise ValueError(
+            f"The batch of {config.micro_batch_size} examples per step (batch_size {config.batch_size} / "
+            f"accumulation_steps {config.accumulation_steps}) is not divisible by the {replicas} replicas; "
+            f"use a batch size that is a multiple of {replicas * config.accumulation_steps}."
+        )
+    return strategy, plan
+
+
 def train(build_model, train_data, config, *, output_dir: str, validation_data=None, train_split: str = "train",
           validation_split: str | None = None, validation_fraction: float = VALIDATION_FRACTION,
           data_dir: str | None = None, strategy=None, tpu: str | None = None, num_classes: int | None = None,
@@ -275,18 +302,7 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
                          train_split=train_split, validation_split=validation_split,
                          validation_fraction=validation_fraction, data_dir=data_dir, num_classes=num_classes,
                          verbose=verbose, callbacks=callbacks)
-    strategy = strategy or select_strategy(tpu=tpu)
-    plan = plan_execution(strategy, config.precision, config.jit_compile)
-    if config.deterministic and plan.jit_compile:
-        # TensorFlow's op determinism does not cover every XLA kernel (Keras drops XLA for the same reason).
-        plan = dataclasses.replace(plan, jit_compile=False, notes=(*plan.notes, "XLA off: deterministic ops"))
-    replicas = strategy.num_replicas_in_sync
-    if config.micro_batch_size % replicas:
-        raise ValueError(
-            f"The batch of {config.micro_batch_size} examples per step (batch_size {config.batch_size} / "
-            f"accumulation_steps {config.accumulation_steps}) is not divisible by the {replicas} replicas; "
-            f"use a batch size that is a multiple of {replicas * config.accumulation_steps}."
-        )
+    strategy, plan = execution_plan(config, strategy, tpu)
     train_split_data = _as_split(train_data, train_split, data_dir, num_classes)
     validation = None if validation_data is None else _as_split(validation_data, validation_split, data_dir,
                                                                  num_classes or train_split_data.num_classes)

@@ -25,10 +25,10 @@ from vit_keras import data
 from vit_keras.files import atomic_file
 from vit_keras.training import callbacks as cb
 from vit_keras.training.config import TrainConfig
-from vit_keras.training.loop import fit_segments, resume_run, write_text
+from vit_keras.training.loop import execution_plan, fit_segments, resume_run, write_text
 from vit_keras.training.masked_patch import MaskedPatchModel
 from vit_keras.training.optim import make_optimizer
-from vit_keras.training.strategy import is_chief, plan_execution, prepare_keras_fit, select_strategy, worker_index
+from vit_keras.training.strategy import is_chief, prepare_keras_fit, worker_index
 
 PAPER_STEPS, PAPER_WARMUP = 1_000_000, 10_000
 
@@ -173,17 +173,7 @@ def masked_patch_pretrain(build_encoder, train_data, config: TrainConfig | None 
     config = config or masked_patch()
     if not isinstance(config, TrainConfig):
         raise ValueError(f"`config` must be a TrainConfig (e.g. training.masked_patch(...)), got {type(config)}.")
-    strategy = strategy or select_strategy(tpu=tpu)
-    plan = plan_execution(strategy, config.precision, config.jit_compile)
-    if config.deterministic and plan.jit_compile:
-        plan = dataclasses.replace(plan, jit_compile=False, notes=(*plan.notes, "XLA off: deterministic ops"))
-    replicas = strategy.num_replicas_in_sync
-    if config.micro_batch_size % replicas:
-        raise ValueError(
-            f"The batch of {config.micro_batch_size} examples per step (batch_size {config.batch_size} / "
-            f"accumulation_steps {config.accumulation_steps}) is not divisible by the {replicas} replicas; "
-            f"use a batch size that is a multiple of {replicas * config.accumulation_steps}."
-        )
+    strategy, plan = execution_plan(config, strategy, tpu)
     train_images = image_split(train_data, train_split, data_dir=data_dir)
     validation = None if validation_data is None else image_split(validation_data, validation_split,
                                                                   data_dir=data_dir)
