@@ -10,6 +10,7 @@ reports vit_keras' fraction of it; the CPU model and its matmul-relevant flags h
     python scripts/benchmark.py                            # inference: batch 1 and 16, fp32 and bf16
     python scripts/benchmark.py --suite training           # fine-tune step: fp32 and bf16, XLA on and off
     python scripts/benchmark.py --suite attention          # the attention implementations, one encoder block
+    python scripts/benchmark.py --backends jax,torch       # the Keras libraries on Keras' other backends
     python scripts/benchmark.py --quick                    # a tiny model: checks the script in seconds
     python scripts/benchmark.py --json results.json        # also write every measurement
 
@@ -21,6 +22,12 @@ vit-keras 0.2.0, which imports as `vit_keras` too and so runs from its own direc
 installed with `pip install --target DIR --no-deps vit-keras==0.2.0 validators opencv-python-headless`). A peer
 that is not installed is reported as skipped. `make benchmark` installs them and runs the inference and training
 suites.
+
+Backends: vit_keras and keras-hub run on every Keras backend named by `--backends` (default: tensorflow, jax,
+torch), each at its settings: TensorFlow with XLA on and off (a `tf.function` for inference, plus `model.predict`
+with XLA to show what the Keras API costs on top), JAX always compiled (`jit`; un-jitted JAX runs op by op and
+is no setting anyone deploys), PyTorch eager and with Keras' `jit_compile=True` (`torch.compile`). A library's
+best is its fastest backend and setting; the report also gives vit_keras' best on each backend.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ ARCHITECTURES = {
 }
 LIBRARIES = ("vit_keras", "keras-hub", "vit-keras-0.2.0", "timm", "onnxruntime")
 KERAS_LIBRARIES = ("vit_keras", "keras-hub", "vit-keras-0.2.0")
+BACKENDS = ("tensorflow", "jax", "torch")
+MULTI_BACKEND = ("vit_keras", "keras-hub")  # vit-keras 0.2.0 is written for TensorFlow only
 PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 CLASSES = 1000
 MATMUL = "tf.matmul"
@@ -135,7 +144,52 @@ def _time_calls(step, batch, min_seconds, min_calls):
             "first_call_s": compile_seconds}
 
 
+def _run_keras_backend(case, min_seconds, min_calls):
+    """A Keras library on JAX or PyTorch, through Keras' own compiled functions (`predict_on_batch`,
+    `train_on_batch`): `jit_compile` is `jax.jit` on JAX and `torch.compile` on PyTorch."""
+    import keras
+    import numpy as np
+
+    model = _keras_model(case)
+    size = ARCHITECTURES[case["architecture"]]["image_size"]
+    batch = case["batch"]
+    rng = np.random.default_rng(0)
+    images = rng.uniform(-1, 1, (batch, size, size, 3)).astype("float32")
+    if case["task"] == "inference":
+        model.compile(jit_compile=case["xla"])
+
+        def step():
+            keras.ops.convert_to_numpy(model.predict_on_batch(images))
+    else:
+        labels = rng.integers(0, CLASSES, batch)
+        model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9, global_clipnorm=1.0),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=case["xla"])
+
+        def step():
+            keras.ops.convert_to_numpy(model.train_on_batch(images, labels))
+    result = _time_calls(step, batch, min_seconds, min_calls)
+    result["parameters"] = int(model.count_params())
+    result["backend_device"] = _backend_device(case["backend"])
+    return result
+
+
+def _backend_device(backend) -> str:
+    if backend == "jax":
+        import jax
+
+        return jax.devices()[0].platform.upper()
+    if backend == "torch":
+        import torch
+
+        return "GPU" if torch.cuda.is_available() else "CPU"
+    import tensorflow as tf
+
+    return "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
+
+
 def _run_keras(case, min_seconds, min_calls):
+    if case.get("backend", "tensorflow") != "tensorflow":
+        return _run_keras_backend(case, min_seconds, min_calls)
     import numpy as np
     import tensorflow as tf
 
@@ -144,7 +198,13 @@ def _run_keras(case, min_seconds, min_calls):
     batch = case["batch"]
     rng = np.random.default_rng(0)
     images = tf.constant(rng.uniform(-1, 1, (batch, size, size, 3)).astype("float32"))
-    if case["task"] == "inference":
+    if case["task"] == "inference" and case.get("call") == "predict":
+        # What a user calls: Keras' predict loop (its data adapter, one batch, the compiled predict function).
+        model.compile(jit_compile=case["xla"])
+
+        def step():
+            model.predict(images, batch_size=batch, verbose=0)
+    elif case["task"] == "inference":
         forward = tf.function(lambda x: model(x, training=False), jit_compile=case["xla"])
 
         def step():
@@ -349,8 +409,6 @@ def _run_attention(case, min_seconds, min_calls):
 
 def worker(case: dict, min_seconds: float, min_calls: int) -> dict:
     """Run one case in this process and return its measurements (or why it was skipped)."""
-    import tensorflow as tf
-
     try:
         if case["task"] == "attention":
             result = _run_attention(case, min_seconds, min_calls)
@@ -365,7 +423,8 @@ def worker(case: dict, min_seconds: float, min_calls: int) -> dict:
     except Skipped as reason:
         return {**case, "skipped": str(reason)}
     result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result["device"] = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
+    result["device"] = result.pop("backend_device", None) or _backend_device(
+        "torch" if case["library"] in ("timm", "onnxruntime") else "tensorflow")
     return {**case, **result}
 
 
@@ -389,8 +448,17 @@ def _cases(args):
                         cases.append(dict(task=args.suite, library=lib, batch=b, precision=p, xla=None,
                                           architecture=args.architecture))
                 else:
-                    cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=x,
-                                   architecture=args.architecture) for x in args.xla]
+                    backends = args.backends if lib in MULTI_BACKEND else [b for b in args.backends
+                                                                           if b == "tensorflow"]
+                    for backend in backends:
+                        # JAX is always jitted; TensorFlow and PyTorch at each XLA / torch.compile setting.
+                        settings = [True] if backend == "jax" else args.xla
+                        cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=x, backend=backend,
+                                       architecture=args.architecture) for x in settings]
+                    if lib == "vit_keras" and "tensorflow" in backends and args.suite == "inference" \
+                            and True in args.xla:
+                        cases.append(dict(task=args.suite, library=lib, batch=b, precision=p, xla=True,
+                                          backend="tensorflow", call="predict", architecture=args.architecture))
     return cases
 
 
@@ -401,7 +469,7 @@ def _peak_cases(args):
 
 
 def _run_case(case, args):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND=case.get("backend") or "tensorflow")
     command = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(case),
                "--min-seconds", str(args.min_seconds), "--min-calls", str(args.min_calls)]
     if case["library"] == "vit-keras-0.2.0":
@@ -422,11 +490,23 @@ def _run_case(case, args):
 
 
 def _setting(r) -> str:
+    """How a row ran, e.g. "XLA", "no XLA", "predict, XLA", "JAX", "PyTorch, torch.compile"."""
     if r["library"] == "timm":
         return "torch.compile" if r.get("torch_compile") else "eager"
     if r["library"] == "onnxruntime":
         return "ONNX Runtime"
-    return "XLA" if r["xla"] else "no XLA"
+    backend = r.get("backend") or "tensorflow"
+    if backend == "jax":
+        return "JAX"
+    if backend == "torch":
+        return "PyTorch, torch.compile" if r["xla"] else "PyTorch, eager"
+    setting = "XLA" if r["xla"] else "no XLA"
+    return f"predict, {setting}" if r.get("call") == "predict" else setting
+
+
+def _like(r):
+    """What a Keras peer's row is compared with: vit_keras on the same backend, setting and call."""
+    return (*_group(r), r.get("backend") or "tensorflow", r["xla"], r.get("call"))
 
 
 def _group(r):
@@ -468,7 +548,7 @@ def table(results) -> str:
     Keras libraries are compared at the same XLA setting; timm and ONNX Runtime, which have none, with
     vit_keras' best.
     """
-    reference = {(*_group(r), r["xla"]): r for r in results
+    reference = {_like(r): r for r in results
                  if r["library"] in ("vit_keras", "keras MultiHeadAttention") and "images_per_s" in r}
     best = best_by_library(results)
     rows = ["| task | library | batch | precision | setting | images/s | ms/batch | first call s "
@@ -484,7 +564,7 @@ def table(results) -> str:
         if r["library"] in ("timm", "onnxruntime"):
             ours = best.get(_group(r), {}).get("vit_keras")
         else:
-            ours = reference.get((*_group(r), r["xla"]))
+            ours = reference.get(_like(r))
         ratio = f"{ours['images_per_s'] / r['images_per_s']:.2f}" if ours else "—"
         rows.append(head + f"| {r['images_per_s']:.2f} | {r['ms_per_batch']:.1f} | {r['first_call_s']:.1f} "
                     f"| {r['peak_rss_mib']:.0f} | {ratio} |")
@@ -514,6 +594,17 @@ def summarize(results) -> list:
             if library != "vit_keras":
                 row["peers"][library] = {"images_per_s": peer["images_per_s"], "setting": _setting(peer)}
                 row["ratios"][library] = round(ours["images_per_s"] / peer["images_per_s"], 2)
+        mine = [r for r in results if r["library"] == "vit_keras" and _group(r) == group and "images_per_s" in r]
+        for r in mine:  # vit_keras' best on each backend
+            backend = r.get("backend") or "tensorflow"
+            best = row.setdefault("vit_keras_by_backend", {}).get(backend)
+            if best is None or r["images_per_s"] > best["images_per_s"]:
+                row["vit_keras_by_backend"][backend] = {"images_per_s": r["images_per_s"], "setting": _setting(r)}
+        function = [r for r in mine if (r.get("backend") or "tensorflow") == "tensorflow" and r["xla"]]
+        predict = [r for r in function if r.get("call") == "predict"]
+        function = [r for r in function if r.get("call") != "predict"]
+        if predict and function:  # Keras' predict loop against the compiled function it wraps
+            row["predict_vs_function"] = round(predict[0]["images_per_s"] / function[0]["images_per_s"], 3)
         peak = peaks.get(precision)
         if peak and task in ("inference", "training"):
             achieved = ours["images_per_s"] * image_gflop(ARCHITECTURES[ours["architecture"]], task)
@@ -550,6 +641,22 @@ def summary_table(summary, peaks) -> str:
     return "\n".join(lines)
 
 
+def backend_table(summary) -> str:
+    """Markdown: vit_keras' best on each Keras backend, per case, as images/s and as a share of the fastest."""
+    backends = [b for b in BACKENDS if any(b in row.get("vit_keras_by_backend", {}) for row in summary)]
+    if len(backends) < 2:
+        return ""
+    lines = ["| task | batch | precision | " + " | ".join(f"vit_keras on {b}" for b in backends) + " |",
+             "|---|---:|---|" + "---:|" * len(backends)]
+    for row in summary:
+        by_backend = row.get("vit_keras_by_backend", {})
+        fastest = max(v["images_per_s"] for v in by_backend.values())
+        cells = [f"{by_backend[b]['images_per_s']:.2f} ({by_backend[b]['setting']}) — "
+                 f"{by_backend[b]['images_per_s'] / fastest:.2f}" if b in by_backend else "—" for b in backends]
+        lines.append(f"| {row['task']} | {row['batch']} | {row['precision']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def machine_description() -> dict:
     """The CPU model and matmul-relevant flags (see vit_keras.hardware), core count and library versions."""
     sys.path.insert(0, REPO)
@@ -561,7 +668,8 @@ def machine_description() -> dict:
         from importlib.metadata import PackageNotFoundError, version
     except ImportError:  # pragma: no cover
         return described
-    for package in ("tensorflow-cpu", "tensorflow", "keras", "torch", "timm", "onnxruntime", "keras-hub"):
+    for package in ("tensorflow-cpu", "tensorflow", "keras", "jax", "jaxlib", "torch", "timm", "onnxruntime",
+                    "keras-hub"):
         try:
             described.setdefault("versions", {})[package] = version(package)
         except PackageNotFoundError:
@@ -579,6 +687,8 @@ def main(argv=None) -> int:
     parser.add_argument("--suite", choices=("inference", "training", "attention"), default="inference")
     parser.add_argument("--libraries", default=",".join(LIBRARIES),
                         help=f"comma-separated, from {', '.join(LIBRARIES)} (default: all)")
+    parser.add_argument("--backends", default=",".join(BACKENDS),
+                        help=f"comma-separated Keras backends for {' and '.join(MULTI_BACKEND)} (default: all)")
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default: 1,16; training: 8)")
     parser.add_argument("--precisions", default="float32,bfloat16", help="from float32, bfloat16, float16")
     parser.add_argument("--xla", choices=("on", "off", "both"), default="both",
@@ -609,6 +719,9 @@ def main(argv=None) -> int:
     unknown = sorted(set(args.libraries) - set(LIBRARIES))
     if unknown:
         parser.error(f"unknown libraries {unknown}; choose from {', '.join(LIBRARIES)}")
+    args.backends = [name.strip() for name in args.backends.split(",") if name.strip()]
+    if not args.backends or set(args.backends) - set(BACKENDS):
+        parser.error(f"--backends must come from {', '.join(BACKENDS)}, got {args.backends}")
     default_batches = "8" if args.suite == "training" else "1,16"
     args.batch_sizes = [int(b) for b in (args.batch_sizes or default_batches).split(",")]
     args.precisions = [p.strip() for p in args.precisions.split(",")]
@@ -641,6 +754,14 @@ def main(argv=None) -> int:
     print(table(results))
     print()
     print(summary_table(summary, matmul_peaks(results)))
+    by_backend = backend_table(summary)
+    if by_backend:
+        print()
+        print(by_backend)
+    for row in summary:
+        if "predict_vs_function" in row:
+            print(f"model.predict at batch {row['batch']} ({row['precision']}): {row['predict_vs_function']:.3f} x "
+                  "the compiled tf.function's images/s")
     if args.json:
         sys.path.insert(0, REPO)
         from vit_keras.files import atomic_file

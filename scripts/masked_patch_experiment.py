@@ -27,12 +27,15 @@ COMMON = {"crop": "resize", "flip": False, "precision": "float32", "jit_compile"
           "shuffle_buffer": 2048, "log_images": 4}
 
 
+CLASSIFIER = {"name": "token"}  # set from --classifier before anything is built
+
+
 def build_encoder(include_top=False, pooling=None, classes=10):
     import vit_keras
 
     return vit_keras.ViT(image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, hidden_size=96, num_layers=3, num_heads=3,
                          mlp_dim=192, include_top=include_top, pooling=pooling, classes=classes,
-                         classifier_activation=None, name="vit-digits")
+                         classifier=CLASSIFIER["name"], classifier_activation=None, name="vit-digits")
 
 
 def labelled_subset(per_class: int, seed: int):
@@ -46,10 +49,10 @@ def labelled_subset(per_class: int, seed: int):
     return tf.data.Dataset.from_tensor_slices((images[picked], labels[picked]))
 
 
-def finetune(encoder, subset, steps, seed, output_dir, data_dir):
+def finetune(encoder, subset, steps, seed, output_dir, data_dir, learning_rate=0.03):
     from vit_keras import training
 
-    config = training.finetune(total_steps=steps, warmup_steps=steps // 10, learning_rate=0.03, seed=seed,
+    config = training.finetune(total_steps=steps, warmup_steps=steps // 10, learning_rate=learning_rate, seed=seed,
                                steps_per_epoch=steps, **{**COMMON, "log_images": 0})
 
     def build():
@@ -79,6 +82,11 @@ def main(argv=None) -> int:
     parser.add_argument("--pretrain-steps", type=int, default=400)
     parser.add_argument("--finetune-steps", type=int, default=100)
     parser.add_argument("--labelled", type=int, default=20, help="labelled training digits per class")
+    parser.add_argument("--classifier", choices=("token", "gap"), default="token",
+                        help="the ViT's classifier: the paper's class token, or the mean of the patch tokens "
+                        "(no class token; every token the pre-text task trains reaches the head)")
+    parser.add_argument("--finetune-lr", type=float, default=0.03, help="peak SGD learning rate of fine-tuning")
+    parser.add_argument("--pretrain-lr", type=float, default=1e-3, help="peak Adam learning rate of pre-training")
     parser.add_argument("--output", default="docs/masked_patch_results.json")
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--merge", nargs="+", default=None, metavar="RESULTS_JSON",
@@ -92,6 +100,7 @@ def main(argv=None) -> int:
 
     from vit_keras import training
 
+    CLASSIFIER["name"] = args.classifier
     work = args.work_dir or tempfile.mkdtemp(prefix="masked_patch_")
     data_dir = os.path.join(work, "tfds")
     rows = []
@@ -100,20 +109,21 @@ def main(argv=None) -> int:
         keras.utils.set_random_seed(seed)
         subset = labelled_subset(args.labelled, seed)
         row = {"seed": seed, "scratch": finetune(None, subset, args.finetune_steps, seed,
-                                                 os.path.join(work, f"scratch{seed}"), data_dir)}
+                                                 os.path.join(work, f"scratch{seed}"), data_dir, args.finetune_lr)}
         keras.utils.set_random_seed(seed)
         row["few_shot_random_init"] = few_shot(build_encoder(), data_dir)
         for target in args.targets:
-            config = training.masked_patch(total_steps=args.pretrain_steps, warmup_steps=args.pretrain_steps // 10,
-                                           learning_rate=1e-3, seed=seed, steps_per_epoch=args.pretrain_steps,
-                                           **COMMON)
+            steps = args.pretrain_steps
+            config = training.masked_patch(total_steps=steps, warmup_steps=steps // 10, learning_rate=args.pretrain_lr,
+                                           seed=seed, steps_per_epoch=steps, **COMMON)
             result = training.masked_patch_pretrain(
                 build_encoder, "vit_keras_digits", config, target=target, target_grid=TARGET_GRID,
                 output_dir=os.path.join(work, f"{target}{seed}"), data_dir=data_dir, verbose=0)
             row[f"pretext_{target}"] = result.metrics
             row[f"few_shot_{target}"] = few_shot(result.encoder, data_dir)
             row[f"finetuned_{target}"] = finetune(result.encoder, subset, args.finetune_steps, seed,
-                                                  os.path.join(work, f"ft_{target}{seed}"), data_dir)
+                                                  os.path.join(work, f"ft_{target}{seed}"), data_dir,
+                                                  args.finetune_lr)
         rows.append(row)
         print(json.dumps(row), flush=True)
         summary = {"settings": {**vars(args), "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE,

@@ -36,8 +36,9 @@ def _run(tmp_path, *arguments):
 @pytest.mark.slow
 def test_quick_inference_benchmark_measures_every_peer_and_the_matmul_peak(tmp_path):
     report, printed = _run(tmp_path, "--libraries", "vit_keras,timm,onnxruntime", "--batch-sizes", "2",
-                           "--precisions", "float32", "--xla", "on", "--torch-compile", "off", "--matmul-size", "128")
-    by_library = {row["library"]: row for row in report["results"]}
+                           "--precisions", "float32", "--xla", "on", "--torch-compile", "off", "--matmul-size", "128",
+                           "--backends", "tensorflow")
+    by_library = {row["library"]: row for row in report["results"] if row.get("call") != "predict"}
     assert set(by_library) == {"vit_keras", "timm", "onnxruntime", "tf.matmul"}, report["results"]
     for row in report["results"]:
         assert "skipped" not in row, row
@@ -54,7 +55,13 @@ def test_quick_inference_benchmark_measures_every_peer_and_the_matmul_peak(tmp_p
     assert report["machine"]["cpu_flags"] == hardware.summary(hardware.Machine(hardware.cpu_info()))["cpu_flags"]
     assert report["machine"]["cpu_model"] in printed.splitlines()[0]
     (summary,) = report["summary"]
-    ours = by_library["vit_keras"]["images_per_s"]
+    # vit_keras' best is its compiled function or Keras' predict loop around it, whichever ran faster.
+    predict = [row for row in report["results"] if row.get("call") == "predict"]
+    assert len(predict) == 1 and predict[0]["images_per_s"] > 0
+    function = by_library["vit_keras"]["images_per_s"]
+    assert summary["predict_vs_function"] == round(predict[0]["images_per_s"] / function, 3)
+    assert "model.predict at batch 2 (float32)" in printed
+    ours = max(by_library["vit_keras"]["images_per_s"], predict[0]["images_per_s"])
     for peer in ("timm", "onnxruntime"):
         ratio = ours / by_library[peer]["images_per_s"]
         assert summary["ratios"][peer] == round(ratio, 2) and f"— {ratio:.2f} |" in printed
@@ -67,7 +74,8 @@ def test_quick_inference_benchmark_measures_every_peer_and_the_matmul_peak(tmp_p
 @pytest.mark.slow
 def test_quick_training_benchmark_measures_vit_keras_and_timm_on_the_same_network(tmp_path):
     report, printed = _run(tmp_path, "--suite", "training", "--libraries", "vit_keras,timm", "--batch-sizes", "2",
-                           "--precisions", "float32", "--xla", "on", "--torch-compile", "off", "--matmul-size", "0")
+                           "--precisions", "float32", "--xla", "on", "--torch-compile", "off", "--matmul-size", "0",
+                           "--backends", "tensorflow")
     by_library = {row["library"]: row for row in report["results"]}
     assert set(by_library) == {"vit_keras", "timm"}, report["results"]
     for row in report["results"]:
@@ -76,6 +84,27 @@ def test_quick_training_benchmark_measures_vit_keras_and_timm_on_the_same_networ
     assert by_library["vit_keras"]["parameters"] == by_library["timm"]["parameters"]
     ratio = by_library["vit_keras"]["images_per_s"] / by_library["timm"]["images_per_s"]
     assert f"| {ratio:.2f} |" in printed
+
+
+@pytest.mark.slow
+def test_quick_benchmark_runs_vit_keras_on_jax_and_pytorch_and_names_the_fastest_backend(tmp_path):
+    report, printed = _run(tmp_path, "--libraries", "vit_keras", "--backends", "tensorflow,jax,torch",
+                           "--batch-sizes", "2", "--precisions", "float32", "--xla", "off", "--matmul-size", "0")
+    rows = {(row.get("backend"), row["xla"]): row for row in report["results"]}
+    # --xla off: TensorFlow and PyTorch eager; JAX is always jitted. No predict row without XLA.
+    assert set(rows) == {("tensorflow", False), ("jax", True), ("torch", False)}, report["results"]
+    for row in rows.values():
+        assert "skipped" not in row, row
+        assert row["images_per_s"] > 0 and row["device"] == "CPU"
+    # The same network on every backend.
+    assert len({row["parameters"] for row in rows.values()}) == 1
+    (summary,) = report["summary"]
+    by_backend = summary["vit_keras_by_backend"]
+    assert {b: v["images_per_s"] for b, v in by_backend.items()} == {
+        backend: rows[(backend, xla)]["images_per_s"] for backend, xla in rows}
+    assert summary["vit_keras"] == max(row["images_per_s"] for row in rows.values())
+    assert "| vit_keras on tensorflow | vit_keras on jax | vit_keras on torch |" in printed
+    assert "(PyTorch, eager)" in printed and "(JAX)" in printed
 
 
 def test_b16_costs_the_papers_35_gflop_per_image():
@@ -88,12 +117,18 @@ def test_every_peer_is_measured_at_each_of_its_settings():
     script = _script()
     args = SimpleNamespace(suite="inference", batch_sizes=[1], precisions=["float32", "bfloat16"],
                            libraries=list(script.LIBRARIES), xla=[False, True], torch_compile=[False, True],
-                           architecture="tiny", matmul_size=256)
+                           architecture="tiny", matmul_size=256, backends=list(script.BACKENDS))
     cases = script._cases(args)
     settings = {(c["library"], c["precision"], script._setting(c)) for c in cases}
     for precision in ("float32", "bfloat16"):
         for library in ("vit_keras", "keras-hub", "vit-keras-0.2.0"):
             assert {(library, precision, "XLA"), (library, precision, "no XLA")} <= settings
+        for library in ("vit_keras", "keras-hub"):  # on every Keras backend too
+            assert {(library, precision, "JAX"), (library, precision, "PyTorch, eager"),
+                    (library, precision, "PyTorch, torch.compile")} <= settings
+        assert not any(library == "vit-keras-0.2.0" and setting.startswith(("JAX", "PyTorch"))
+                       for library, _, setting in settings)  # TensorFlow-only
+        assert ("vit_keras", precision, "predict, XLA") in settings
         assert {("timm", precision, "eager"), ("timm", precision, "torch.compile")} <= settings
     assert [c["precision"] for c in cases if c["library"] == "onnxruntime"] == ["float32"]  # float32 only
     peaks = {(c["precision"], c["xla"]) for c in script._peak_cases(args)}
@@ -123,6 +158,24 @@ def test_the_summary_takes_each_librarys_best_setting():
     assert "4.00 (torch.compile) — 1.10" in printed and "91%" in printed and "170 GFLOP/s" in printed
 
 
+def test_keras_peers_are_compared_with_vit_keras_on_the_same_backend_and_setting():
+    script = _script()
+
+    def row(library, backend, xla, images_per_s):
+        return dict(task="inference", batch=16, precision="float32", architecture="B/16", library=library,
+                    backend=backend, xla=xla, images_per_s=images_per_s, ms_per_batch=1.0, first_call_s=1.0,
+                    peak_rss_mib=1.0)
+
+    results = [row("vit_keras", "tensorflow", True, 4.4), row("vit_keras", "jax", True, 4.8),
+               row("keras-hub", "tensorflow", True, 4.0), row("keras-hub", "jax", True, 4.0)]
+    printed = script.table(results)
+    assert "| keras-hub | 16 | float32 | XLA | 4.00 |" in printed and "| 1.10 |" in printed  # TF with TF
+    assert "| keras-hub | 16 | float32 | JAX | 4.00 |" in printed and "| 1.20 |" in printed  # JAX with JAX
+    (summary,) = script.summarize(results)
+    assert summary["vit_keras_setting"] == "JAX" and summary["ratios"] == {"keras-hub": 1.2}
+    assert "4.40 (XLA) — 0.92 | 4.80 (JAX) — 1.00" in script.backend_table([summary])
+
+
 def test_a_missing_peer_is_reported_as_skipped(tmp_path):
     results, report = _run(tmp_path, "--libraries", "vit-keras-0.2.0", "--batch-sizes", "1", "--precisions",
                            "float32", "--xla", "on", "--matmul-size", "0", "--vit-keras-0.2.0-path",
@@ -137,3 +190,10 @@ def test_unknown_library_is_refused():
                              capture_output=True, text=True, timeout=120)
     assert process.returncode == 2
     assert "unknown libraries ['tensorflow_models']" in process.stderr
+
+
+def test_unknown_backend_is_refused():
+    process = subprocess.run([sys.executable, SCRIPT, "--backends", "tensorflow,mxnet"],
+                             capture_output=True, text=True, timeout=120)
+    assert process.returncode == 2
+    assert "--backends must come from tensorflow, jax, torch" in process.stderr and "mxnet" in process.stderr
