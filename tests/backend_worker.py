@@ -131,15 +131,41 @@ def jax_parallel(out: str, data_dir: str, one_device: dict) -> dict:
     data_parallel = training.train(tiny_vit, "vit_keras_digits", config().replace(accumulation_steps=2),
                                    output_dir=os.path.join(out, "data_parallel"), data_dir=data_dir, verbose=0,
                                    distribution=parallel.data_parallel())
+    # Heads and MLP units split over the 2 devices (a 1 x 2 mesh: no data parallelism), same recipe.
+    model_parallel = training.train(tiny_vit, "vit_keras_digits", config().replace(accumulation_steps=2),
+                                    output_dir=os.path.join(out, "model_parallel"), data_dir=data_dir, verbose=0,
+                                    distribution=parallel.model_parallel(model_devices=2))
+    query = next(v for v in model_parallel.model.weights if v.path.endswith("query/kernel"))
     return dict(
         sharded_logits=keras.ops.convert_to_numpy(sharded(images)),
         plain_logits=keras.ops.convert_to_numpy(plain(images)),
         spec_names=np.array(list(specs)), spec_values=np.array(list(specs.values())),
         data_parallel_devices=np.array(min(len(v.value.sharding.device_set) for v in data_parallel.model.weights)),
         updates=np.array(data_parallel.updates),
+        model_parallel_updates=np.array(model_parallel.updates),
+        model_parallel_query_spec=np.array(str(tuple(query.value.sharding.spec))),
         **{f"single_{k}": v for k, v in one_device.items()},
         **{f"data_parallel_{k}": v for k, v in weights_of(data_parallel.model).items()},
+        **{f"model_parallel_{k}": v for k, v in weights_of(model_parallel.model).items()},
     )
+
+
+def cli_bfloat16(out: str, data_dir: str) -> dict:
+    """`vit-keras train` on this backend in mixed bfloat16 (4 steps of a tiny ViT): its exit code, the policy
+    its results.json reports and the final training loss."""
+    import json
+
+    from vit_keras.cli import main as cli
+
+    output = os.path.join(out, "cli_bfloat16")
+    code = cli(["train", "--model", "Ti/16", "--patch-size", "4", "--num-layers", "1", "--image-size", "16",
+                "--dataset", "vit_keras_digits", "--data-dir", data_dir, "--eval-split", "", "--batch-size", "16",
+                "--steps", "4", "--steps-per-epoch", "2", "--learning-rate", "0.05", "--warmup-steps", "1",
+                "--precision", "mixed_bfloat16", "--seed", "5", "--output-dir", output])
+    with open(os.path.join(output, "results.json")) as handle:
+        results = json.load(handle)
+    return dict(exit_code=np.array(code), policy=np.array(results["policy"]),
+                loss=np.array(results["metrics"]["loss"]), updates=np.array(results["updates"]))
 
 
 def main(argv=None):
@@ -159,6 +185,7 @@ def main(argv=None):
         if args.data_dir:
             training = fit_and_resume(args.out, args.data_dir)
             np.savez(os.path.join(args.out, "training.npz"), **training)
+            np.savez(os.path.join(args.out, "cli_bfloat16.npz"), **cli_bfloat16(args.out, args.data_dir))
             if keras.backend.backend() == "jax":
                 reference = {k[len("reference_"):]: v for k, v in training.items() if k.startswith("reference_")}
                 np.savez(os.path.join(args.out, "parallel.npz"), **jax_parallel(args.out, args.data_dir, reference))

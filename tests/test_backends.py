@@ -117,6 +117,9 @@ def test_fixtures_inspection_and_training_on_backend(backend, tensorflow_results
         for name in (n for n in run.files if n.startswith("reference_")):
             resumed = run["resumed_" + name[len("reference_"):]]
             np.testing.assert_allclose(resumed, run[name], rtol=0, atol=RESUME_TOLERANCE, err_msg=name)
+    with np.load(tmp_path / "cli_bfloat16.npz") as run:  # the command line, in mixed precision
+        assert run["exit_code"] == 0 and run["updates"] == 4
+        assert str(run["policy"]) == "mixed_bfloat16" and np.isfinite(run["loss"])
     if backend == "jax":
         _check_jax_parallel(tmp_path / "parallel.npz")
 
@@ -131,11 +134,13 @@ def _check_jax_parallel(path):
         assert specs[block + "MlpBlock_3/Dense_1/kernel"] == "('model', None)"
         assert specs["head/kernel"] == "(None, None)"  # replicated
         np.testing.assert_allclose(run["sharded_logits"], run["plain_logits"], rtol=0, atol=1e-5)
-        assert run["data_parallel_devices"] == 2 and run["updates"] == 6
+        assert run["data_parallel_devices"] == 2 and run["updates"] == 6 and run["model_parallel_updates"] == 6
+        assert str(run["model_parallel_query_spec"]) == "(None, 'model', None)"  # trained sharded by heads
         for name in (n for n in run.files if n.startswith("single_")):
-            # The TensorFlow MirroredStrategy test's tolerance (measured here: 5.5e-6).
-            np.testing.assert_allclose(run["data_parallel_" + name[len("single_"):]], run[name], rtol=0,
-                                       atol=RESUME_TOLERANCE, err_msg=name)
+            # The TensorFlow MirroredStrategy test's tolerance (measured here: 5.5e-6 data-parallel).
+            for parallel in ("data_parallel_", "model_parallel_"):
+                np.testing.assert_allclose(run[parallel + name[len("single_"):]], run[name], rtol=0,
+                                           atol=RESUME_TOLERANCE, err_msg=parallel + name)
 
 
 def test_core_install_runs_on_jax_without_tensorflow():
