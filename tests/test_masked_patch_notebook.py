@@ -31,3 +31,6 @@ def test_masked_patch_notebook_runs(monkeypatch, tmp_path):
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "6 updates" in text and "'resampled': True" in text
     assert "few-shot probe, masked patch" in text
+    # The experiment's recorded results, both tables (docs/masked_patch*_results.json).
+    assert "class token, the paper's setting" in text and "mean patch token, the three targets" in text
+    assert "finetuned_mean_colour" in text
