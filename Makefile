@@ -37,9 +37,13 @@ $(PEERS): $(STAMP)
 		opencv-python-headless==5.0.0.93
 	touch $(PEERS)
 
+# The README's tables: float32 everywhere (every peer, every Keras backend), bfloat16 at batch 16 for the precision
+# rule. `python scripts/benchmark.py` with no arguments runs the whole matrix instead (about 2 hours on 2 cores).
 benchmark: $(PEERS)
-	$(BIN)/python scripts/benchmark.py --suite inference --json benchmark_inference.json
-	$(BIN)/python scripts/benchmark.py --suite training --json benchmark_training.json
+	$(BIN)/python scripts/benchmark.py --suite inference --precisions float32 --json benchmark_inference.json
+	$(BIN)/python scripts/benchmark.py --suite inference --precisions bfloat16 --batch-sizes 16 \
+		--libraries vit_keras,keras-hub,timm --backends tensorflow --json benchmark_inference_bfloat16.json
+	$(BIN)/python scripts/benchmark.py --suite training --precisions float32 --json benchmark_training.json
 
 clean:
 	rm -rf $(VENV) .venv-vitkeras020 demo_output .pytest_cache

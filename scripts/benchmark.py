@@ -28,6 +28,10 @@ torch), each at its settings: TensorFlow with XLA on and off (a `tf.function` fo
 with XLA to show what the Keras API costs on top), JAX always compiled (`jit`; un-jitted JAX runs op by op and
 is no setting anyone deploys), PyTorch eager and with Keras' `jit_compile=True` (`torch.compile`). A library's
 best is its fastest backend and setting; the report also gives vit_keras' best on each backend.
+
+Runtimes: for float32 inference vit_keras is also measured exported, in the runtimes it exports to
+(`--runtimes`, default all): TFLite (`vit_keras.export.tflite`, XNNPACK with one thread per core) and ONNX
+Runtime on its own ONNX export (`vit_keras.export.to_onnx`; needs tf2onnx, in the `benchmark` extra).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ LIBRARIES = ("vit_keras", "keras-hub", "vit-keras-0.2.0", "timm", "onnxruntime")
 KERAS_LIBRARIES = ("vit_keras", "keras-hub", "vit-keras-0.2.0")
 BACKENDS = ("tensorflow", "jax", "torch")
 MULTI_BACKEND = ("vit_keras", "keras-hub")  # vit-keras 0.2.0 is written for TensorFlow only
+RUNTIMES = ("keras", "tflite", "onnxruntime")  # how vit_keras runs: Keras itself, or exported
 PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 CLASSES = 1000
 MATMUL = "tf.matmul"
@@ -173,6 +178,48 @@ def _run_keras_backend(case, min_seconds, min_calls):
     return result
 
 
+def _run_vit_keras_exported(case, min_seconds, min_calls):
+    """vit_keras' model exported by vit_keras.export and run in that runtime (float32 inference on the CPU)."""
+    import tempfile
+
+    import numpy as np
+
+    sys.path.insert(0, REPO)
+    from vit_keras import export
+
+    model = _keras_model(case)
+    arch = ARCHITECTURES[case["architecture"]]
+    batch, size = case["batch"], arch["image_size"]
+    images = np.random.default_rng(0).uniform(0, 255, (batch, size, size, 3)).astype("float32")
+    threads = os.cpu_count()
+    with tempfile.TemporaryDirectory() as directory:
+        if case["runtime"] == "tflite":
+            try:
+                from ai_edge_litert.interpreter import Interpreter
+            except ImportError as error:
+                raise Skipped("ai-edge-litert is not installed (pip install ai-edge-litert)") from error
+            path = export.tflite(model, os.path.join(directory, "vit.tflite"))
+            interpreter = Interpreter(model_path=path, num_threads=threads)
+            runner = interpreter.get_signature_runner("serving_default")  # resizes its input to the batch
+
+            def step():
+                runner(images=images)
+        else:
+            try:
+                import onnxruntime  # noqa: F401
+                import tf2onnx  # noqa: F401
+            except ImportError as error:
+                raise Skipped("onnxruntime or tf2onnx is not installed (the `benchmark` extra)") from error
+            path = export.to_onnx(model, os.path.join(directory, "vit.onnx"))
+            session = export.onnx_session(path, num_threads=threads)
+
+            def step():
+                export.onnx_predict(session, images)
+        result = _time_calls(step, batch, min_seconds, min_calls)
+    result["parameters"] = int(model.count_params())
+    return result
+
+
 def _backend_device(backend) -> str:
     if backend == "jax":
         import jax
@@ -188,6 +235,8 @@ def _backend_device(backend) -> str:
 
 
 def _run_keras(case, min_seconds, min_calls):
+    if case.get("runtime", "keras") != "keras":
+        return _run_vit_keras_exported(case, min_seconds, min_calls)
     if case.get("backend", "tensorflow") != "tensorflow":
         return _run_keras_backend(case, min_seconds, min_calls)
     import numpy as np
@@ -450,12 +499,18 @@ def _cases(args):
                 else:
                     backends = args.backends if lib in MULTI_BACKEND else [b for b in args.backends
                                                                            if b == "tensorflow"]
-                    for backend in backends:
+                    keras_runtime = lib != "vit_keras" or "keras" in args.runtimes
+                    for backend in backends if keras_runtime else []:
                         # JAX is always jitted; TensorFlow and PyTorch at each XLA / torch.compile setting.
                         settings = [True] if backend == "jax" else args.xla
                         cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=x, backend=backend,
                                        architecture=args.architecture) for x in settings]
-                    if lib == "vit_keras" and "tensorflow" in backends and args.suite == "inference" \
+                    exported = lib == "vit_keras" and "tensorflow" in backends and args.suite == "inference" \
+                        and p == "float32"
+                    cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=None, backend="tensorflow",
+                                   runtime=runtime, architecture=args.architecture)
+                              for runtime in args.runtimes if runtime != "keras" and exported]
+                    if keras_runtime and lib == "vit_keras" and "tensorflow" in backends and args.suite == "inference" \
                             and True in args.xla:
                         cases.append(dict(task=args.suite, library=lib, batch=b, precision=p, xla=True,
                                           backend="tensorflow", call="predict", architecture=args.architecture))
@@ -495,6 +550,10 @@ def _setting(r) -> str:
         return "torch.compile" if r.get("torch_compile") else "eager"
     if r["library"] == "onnxruntime":
         return "ONNX Runtime"
+    if r.get("runtime") == "tflite":
+        return "TFLite"
+    if r.get("runtime") == "onnxruntime":
+        return "ONNX Runtime"
     backend = r.get("backend") or "tensorflow"
     if backend == "jax":
         return "JAX"
@@ -506,7 +565,7 @@ def _setting(r) -> str:
 
 def _like(r):
     """What a Keras peer's row is compared with: vit_keras on the same backend, setting and call."""
-    return (*_group(r), r.get("backend") or "tensorflow", r["xla"], r.get("call"))
+    return (*_group(r), r.get("backend") or "tensorflow", r["xla"], r.get("call"), r.get("runtime"))
 
 
 def _group(r):
@@ -595,7 +654,9 @@ def summarize(results) -> list:
                 row["peers"][library] = {"images_per_s": peer["images_per_s"], "setting": _setting(peer)}
                 row["ratios"][library] = round(ours["images_per_s"] / peer["images_per_s"], 2)
         mine = [r for r in results if r["library"] == "vit_keras" and _group(r) == group and "images_per_s" in r]
-        for r in mine:  # vit_keras' best on each backend
+        for r in mine:  # vit_keras' best on each backend (in Keras itself, not exported)
+            if r.get("runtime", "keras") != "keras":
+                continue
             backend = r.get("backend") or "tensorflow"
             best = row.setdefault("vit_keras_by_backend", {}).get(backend)
             if best is None or r["images_per_s"] > best["images_per_s"]:
@@ -622,7 +683,7 @@ def summary_table(summary, peaks) -> str:
         return "(no vit_keras measurement to compare the peers with)"
     peers = sorted({library for row in summary for library in row["peers"]},
                    key=lambda name: LIBRARIES.index(name) if name in LIBRARIES else len(LIBRARIES))
-    lines = ["| task | batch | precision | vit_keras | " + " | ".join(peers) + " | % of matmul peak |",
+    lines = ["| task | batch | precision | vit_keras | " + "".join(f"{p} | " for p in peers) + "% of matmul peak |",
              "|---|---:|---|---:|" + "---:|" * len(peers) + "---:|"]
     for row in summary:
         cells = []
@@ -632,7 +693,7 @@ def summary_table(summary, peaks) -> str:
                          if peer else "—")
         share = f"{100 * row['fraction_of_matmul_peak']:.0f}%" if "fraction_of_matmul_peak" in row else "—"
         lines.append(f"| {row['task']} | {row['batch']} | {row['precision']} | {row['vit_keras']:.2f} "
-                     f"({row['vit_keras_setting']}) | " + " | ".join(cells) + f" | {share} |")
+                     f"({row['vit_keras_setting']}) | " + "".join(f"{c} | " for c in cells) + f"{share} |")
     if peaks:
         lines.append("")
     for precision, peak in peaks.items():
@@ -689,6 +750,9 @@ def main(argv=None) -> int:
                         help=f"comma-separated, from {', '.join(LIBRARIES)} (default: all)")
     parser.add_argument("--backends", default=",".join(BACKENDS),
                         help=f"comma-separated Keras backends for {' and '.join(MULTI_BACKEND)} (default: all)")
+    parser.add_argument("--runtimes", default=",".join(RUNTIMES),
+                        help="how vit_keras runs float32 inference: keras, and exported to tflite or onnxruntime "
+                        "(comma-separated; default: all)")
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default: 1,16; training: 8)")
     parser.add_argument("--precisions", default="float32,bfloat16", help="from float32, bfloat16, float16")
     parser.add_argument("--xla", choices=("on", "off", "both"), default="both",
@@ -722,6 +786,9 @@ def main(argv=None) -> int:
     args.backends = [name.strip() for name in args.backends.split(",") if name.strip()]
     if not args.backends or set(args.backends) - set(BACKENDS):
         parser.error(f"--backends must come from {', '.join(BACKENDS)}, got {args.backends}")
+    args.runtimes = [name.strip() for name in args.runtimes.split(",") if name.strip()]
+    if not args.runtimes or set(args.runtimes) - set(RUNTIMES):
+        parser.error(f"--runtimes must come from {', '.join(RUNTIMES)}, got {args.runtimes}")
     default_batches = "8" if args.suite == "training" else "1,16"
     args.batch_sizes = [int(b) for b in (args.batch_sizes or default_batches).split(",")]
     args.precisions = [p.strip() for p in args.precisions.split(",")]

@@ -107,6 +107,21 @@ def test_quick_benchmark_runs_vit_keras_on_jax_and_pytorch_and_names_the_fastest
     assert "(PyTorch, eager)" in printed and "(JAX)" in printed
 
 
+@pytest.mark.slow
+def test_quick_benchmark_runs_vit_keras_exported_to_tflite_and_onnx_runtime(tmp_path):
+    report, printed = _run(tmp_path, "--libraries", "vit_keras", "--backends", "tensorflow", "--runtimes",
+                           "tflite,onnxruntime", "--batch-sizes", "2", "--precisions", "float32", "--matmul-size", "0")
+    rows = {row["runtime"]: row for row in report["results"]}
+    assert set(rows) == {"tflite", "onnxruntime"}, report["results"]  # no Keras rows with --runtimes
+    for row in rows.values():
+        assert "skipped" not in row, row
+        assert row["images_per_s"] > 0 and row["parameters"] == rows["tflite"]["parameters"]
+    (summary,) = report["summary"]
+    assert summary["vit_keras"] == max(row["images_per_s"] for row in rows.values())
+    assert "vit_keras_by_backend" not in summary  # exported runs are not a Keras backend's
+    assert "| TFLite |" in printed and "| ONNX Runtime |" in printed
+
+
 def test_b16_costs_the_papers_35_gflop_per_image():
     script = _script()
     assert script.forward_gflop(script.ARCHITECTURES["B/16"]) == pytest.approx(35.1, abs=0.05)
@@ -117,7 +132,8 @@ def test_every_peer_is_measured_at_each_of_its_settings():
     script = _script()
     args = SimpleNamespace(suite="inference", batch_sizes=[1], precisions=["float32", "bfloat16"],
                            libraries=list(script.LIBRARIES), xla=[False, True], torch_compile=[False, True],
-                           architecture="tiny", matmul_size=256, backends=list(script.BACKENDS))
+                           architecture="tiny", matmul_size=256, backends=list(script.BACKENDS),
+                           runtimes=list(script.RUNTIMES))
     cases = script._cases(args)
     settings = {(c["library"], c["precision"], script._setting(c)) for c in cases}
     for precision in ("float32", "bfloat16"):
@@ -130,6 +146,9 @@ def test_every_peer_is_measured_at_each_of_its_settings():
                        for library, _, setting in settings)  # TensorFlow-only
         assert ("vit_keras", precision, "predict, XLA") in settings
         assert {("timm", precision, "eager"), ("timm", precision, "torch.compile")} <= settings
+    # Exported vit_keras, float32 inference only.
+    assert {("vit_keras", "float32", "TFLite"), ("vit_keras", "float32", "ONNX Runtime")} <= settings
+    assert not {("vit_keras", "bfloat16", "TFLite"), ("vit_keras", "bfloat16", "ONNX Runtime")} & settings
     assert [c["precision"] for c in cases if c["library"] == "onnxruntime"] == ["float32"]  # float32 only
     peaks = {(c["precision"], c["xla"]) for c in script._peak_cases(args)}
     assert peaks == {("float32", True), ("float32", False), ("bfloat16", True), ("bfloat16", False)}
