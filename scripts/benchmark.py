@@ -30,8 +30,9 @@ is no setting anyone deploys), PyTorch eager and with Keras' `jit_compile=True` 
 best is its fastest backend and setting; the report also gives vit_keras' best on each backend.
 
 Runtimes: for float32 inference vit_keras is also measured exported, in the runtimes it exports to
-(`--runtimes`, default all): TFLite (`vit_keras.export.tflite`, XNNPACK with one thread per core) and ONNX
-Runtime on its own ONNX export (`vit_keras.export.to_onnx`; needs tf2onnx, in the `benchmark` extra).
+(`--runtimes`, default all): TFLite (`vit_keras.export.tflite`, XNNPACK with one thread per core) in float32
+and with dynamic-range int8 weights (`quantization="dynamic_int8"`), and ONNX Runtime on its own ONNX export
+(`vit_keras.export.to_onnx`; needs tf2onnx, in the `benchmark` extra).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ LIBRARIES = ("vit_keras", "keras-hub", "vit-keras-0.2.0", "timm", "onnxruntime")
 KERAS_LIBRARIES = ("vit_keras", "keras-hub", "vit-keras-0.2.0")
 BACKENDS = ("tensorflow", "jax", "torch")
 MULTI_BACKEND = ("vit_keras", "keras-hub")  # vit-keras 0.2.0 is written for TensorFlow only
-RUNTIMES = ("keras", "tflite", "onnxruntime")  # how vit_keras runs: Keras itself, or exported
+RUNTIMES = ("keras", "tflite", "tflite_int8", "onnxruntime")  # how vit_keras runs: Keras itself, or exported
 PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 CLASSES = 1000
 MATMUL = "tf.matmul"
@@ -96,7 +97,8 @@ def _keras_model(case):
     """The case's Keras model; inference models return tokens, training models 1000-class logits."""
     import keras
 
-    keras.mixed_precision.set_global_policy(PRECISIONS[case["precision"]])
+    # An exported int8 case starts from the float32 model.
+    keras.mixed_precision.set_global_policy(PRECISIONS.get(case["precision"], "float32"))
     arch = ARCHITECTURES[case["architecture"]]
     size = arch["image_size"]
     train = case["task"] == "training"
@@ -193,12 +195,13 @@ def _run_vit_keras_exported(case, min_seconds, min_calls):
     images = np.random.default_rng(0).uniform(0, 255, (batch, size, size, 3)).astype("float32")
     threads = os.cpu_count()
     with tempfile.TemporaryDirectory() as directory:
-        if case["runtime"] == "tflite":
+        if case["runtime"] in ("tflite", "tflite_int8"):
             try:
                 from ai_edge_litert.interpreter import Interpreter
             except ImportError as error:
                 raise Skipped("ai-edge-litert is not installed (pip install ai-edge-litert)") from error
-            path = export.tflite(model, os.path.join(directory, "vit.tflite"))
+            quantization = "dynamic_int8" if case["runtime"] == "tflite_int8" else None
+            path = export.tflite(model, os.path.join(directory, "vit.tflite"), quantization=quantization)
             interpreter = Interpreter(model_path=path, num_threads=threads)
             runner = interpreter.get_signature_runner("serving_default")  # resizes its input to the batch
 
@@ -507,8 +510,10 @@ def _cases(args):
                                        architecture=args.architecture) for x in settings]
                     exported = lib == "vit_keras" and "tensorflow" in backends and args.suite == "inference" \
                         and p == "float32"
-                    cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=None, backend="tensorflow",
-                                   runtime=runtime, architecture=args.architecture)
+                    # int8 weights are reported apart: no float32 peer is quantized.
+                    cases += [dict(task=args.suite, library=lib, batch=b, xla=None, backend="tensorflow",
+                                   precision="int8" if runtime == "tflite_int8" else p, runtime=runtime,
+                                   architecture=args.architecture)
                               for runtime in args.runtimes if runtime != "keras" and exported]
                     if keras_runtime and lib == "vit_keras" and "tensorflow" in backends and args.suite == "inference" \
                             and True in args.xla:
@@ -552,6 +557,8 @@ def _setting(r) -> str:
         return "ONNX Runtime"
     if r.get("runtime") == "tflite":
         return "TFLite"
+    if r.get("runtime") == "tflite_int8":
+        return "TFLite, int8 weights"
     if r.get("runtime") == "onnxruntime":
         return "ONNX Runtime"
     backend = r.get("backend") or "tensorflow"
@@ -711,6 +718,8 @@ def backend_table(summary) -> str:
              "|---|---:|---|" + "---:|" * len(backends)]
     for row in summary:
         by_backend = row.get("vit_keras_by_backend", {})
+        if not by_backend:  # only exported runs in this case
+            continue
         fastest = max(v["images_per_s"] for v in by_backend.values())
         cells = [f"{by_backend[b]['images_per_s']:.2f} ({by_backend[b]['setting']}) — "
                  f"{by_backend[b]['images_per_s'] / fastest:.2f}" if b in by_backend else "—" for b in backends]
@@ -751,8 +760,8 @@ def main(argv=None) -> int:
     parser.add_argument("--backends", default=",".join(BACKENDS),
                         help=f"comma-separated Keras backends for {' and '.join(MULTI_BACKEND)} (default: all)")
     parser.add_argument("--runtimes", default=",".join(RUNTIMES),
-                        help="how vit_keras runs float32 inference: keras, and exported to tflite or onnxruntime "
-                        "(comma-separated; default: all)")
+                        help="how vit_keras runs float32 inference: keras, and exported to tflite, tflite_int8 "
+                        "(dynamic-range int8 weights) or onnxruntime (comma-separated; default: all)")
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default: 1,16; training: 8)")
     parser.add_argument("--precisions", default="float32,bfloat16", help="from float32, bfloat16, float16")
     parser.add_argument("--xla", choices=("on", "off", "both"), default="both",

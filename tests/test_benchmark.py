@@ -147,7 +147,8 @@ def test_every_peer_is_measured_at_each_of_its_settings():
         assert ("vit_keras", precision, "predict, XLA") in settings
         assert {("timm", precision, "eager"), ("timm", precision, "torch.compile")} <= settings
     # Exported vit_keras, float32 inference only.
-    assert {("vit_keras", "float32", "TFLite"), ("vit_keras", "float32", "ONNX Runtime")} <= settings
+    assert {("vit_keras", "float32", "TFLite"), ("vit_keras", "int8", "TFLite, int8 weights"),
+            ("vit_keras", "float32", "ONNX Runtime")} <= settings
     assert not {("vit_keras", "bfloat16", "TFLite"), ("vit_keras", "bfloat16", "ONNX Runtime")} & settings
     assert [c["precision"] for c in cases if c["library"] == "onnxruntime"] == ["float32"]  # float32 only
     peaks = {(c["precision"], c["xla"]) for c in script._peak_cases(args)}
@@ -192,7 +193,8 @@ def test_keras_peers_are_compared_with_vit_keras_on_the_same_backend_and_setting
     assert "| keras-hub | 16 | float32 | JAX | 4.00 |" in printed and "| 1.20 |" in printed  # JAX with JAX
     (summary,) = script.summarize(results)
     assert summary["vit_keras_setting"] == "JAX" and summary["ratios"] == {"keras-hub": 1.2}
-    assert "4.40 (XLA) — 0.92 | 4.80 (JAX) — 1.00" in script.backend_table([summary])
+    exported_only = {"task": "inference", "batch": 16, "precision": "int8", "vit_keras": 5.0, "peers": {}}
+    assert "4.40 (XLA) — 0.92 | 4.80 (JAX) — 1.00" in script.backend_table([summary, exported_only])
 
 
 def test_a_missing_peer_is_reported_as_skipped(tmp_path):
