@@ -37,7 +37,7 @@ def _run(tmp_path, *arguments):
 def test_quick_inference_benchmark_measures_every_peer_and_the_matmul_peak(tmp_path):
     report, printed = _run(tmp_path, "--libraries", "vit_keras,timm,onnxruntime", "--batch-sizes", "2",
                            "--precisions", "float32", "--xla", "on", "--torch-compile", "off", "--matmul-size", "128",
-                           "--backends", "tensorflow")
+                           "--backends", "tensorflow", "--runtimes", "keras")
     by_library = {row["library"]: row for row in report["results"] if row.get("call") != "predict"}
     assert set(by_library) == {"vit_keras", "timm", "onnxruntime", "tf.matmul"}, report["results"]
     for row in report["results"]:
@@ -89,7 +89,8 @@ def test_quick_training_benchmark_measures_vit_keras_and_timm_on_the_same_networ
 @pytest.mark.slow
 def test_quick_benchmark_runs_vit_keras_on_jax_and_pytorch_and_names_the_fastest_backend(tmp_path):
     report, printed = _run(tmp_path, "--libraries", "vit_keras", "--backends", "tensorflow,jax,torch",
-                           "--batch-sizes", "2", "--precisions", "float32", "--xla", "off", "--matmul-size", "0")
+                           "--batch-sizes", "2", "--precisions", "float32", "--xla", "off", "--matmul-size", "0",
+                           "--runtimes", "keras")
     rows = {(row.get("backend"), row["xla"]): row for row in report["results"]}
     # --xla off: TensorFlow and PyTorch eager; JAX is always jitted. No predict row without XLA.
     assert set(rows) == {("tensorflow", False), ("jax", True), ("torch", False)}, report["results"]
