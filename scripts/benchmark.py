@@ -500,8 +500,8 @@ def _cases(args):
                         cases.append(dict(task=args.suite, library=lib, batch=b, precision=p, xla=None,
                                           architecture=args.architecture))
                 else:
-                    backends = args.backends if lib in MULTI_BACKEND else [b for b in args.backends
-                                                                           if b == "tensorflow"]
+                    backends = args.backends if lib in MULTI_BACKEND else [name for name in args.backends
+                                                                           if name == "tensorflow"]
                     keras_runtime = lib != "vit_keras" or "keras" in args.runtimes
                     for backend in backends if keras_runtime else []:
                         # JAX is always jitted; TensorFlow and PyTorch at each XLA / torch.compile setting.
