@@ -508,15 +508,14 @@ def _cases(args):
                         settings = [True] if backend == "jax" else args.xla
                         cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=x, backend=backend,
                                        architecture=args.architecture) for x in settings]
-                    exported = lib == "vit_keras" and "tensorflow" in backends and args.suite == "inference" \
-                        and p == "float32"
+                    tf_inference = lib == "vit_keras" and "tensorflow" in backends and args.suite == "inference"
+                    exported = tf_inference and p == "float32"
                     # int8 weights are reported apart: no float32 peer is quantized.
                     cases += [dict(task=args.suite, library=lib, batch=b, xla=None, backend="tensorflow",
                                    precision="int8" if runtime == "tflite_int8" else p, runtime=runtime,
                                    architecture=args.architecture)
                               for runtime in args.runtimes if runtime != "keras" and exported]
-                    if keras_runtime and lib == "vit_keras" and "tensorflow" in backends and args.suite == "inference" \
-                            and True in args.xla:
+                    if keras_runtime and tf_inference and True in args.xla:
                         cases.append(dict(task=args.suite, library=lib, batch=b, precision=p, xla=True,
                                           backend="tensorflow", call="predict", architecture=args.architecture))
     return cases

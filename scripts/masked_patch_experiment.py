@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import tempfile
@@ -33,15 +34,12 @@ COMMON = {"crop": "resize", "flip": False, "precision": "float32", "jit_compile"
           "shuffle_buffer": 2048, "log_images": 4}
 
 
-CLASSIFIER = {"name": "token"}  # set from --classifier before anything is built
-
-
-def build_encoder(include_top=False, pooling=None, classes=10):
+def build_encoder(include_top=False, pooling=None, classes=10, classifier="token"):
     import vit_keras
 
     return vit_keras.ViT(image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, hidden_size=96, num_layers=3, num_heads=3,
                          mlp_dim=192, include_top=include_top, pooling=pooling, classes=classes,
-                         classifier=CLASSIFIER["name"], classifier_activation=None, name="vit-digits")
+                         classifier=classifier, classifier_activation=None, name="vit-digits")
 
 
 def labelled_subset(per_class: int, seed: int):
@@ -55,14 +53,14 @@ def labelled_subset(per_class: int, seed: int):
     return tf.data.Dataset.from_tensor_slices((images[picked], labels[picked]))
 
 
-def finetune(encoder, subset, steps, seed, output_dir, data_dir, learning_rate=0.03):
+def finetune(encoder, subset, steps, seed, output_dir, data_dir, learning_rate=0.03, classifier="token"):
     from vit_keras import training
 
     config = training.finetune(total_steps=steps, warmup_steps=steps // 10, learning_rate=learning_rate, seed=seed,
                                steps_per_epoch=steps, **{**COMMON, "log_images": 0})
 
     def build():
-        model = build_encoder(include_top=True)
+        model = build_encoder(include_top=True, classifier=classifier)
         if encoder is not None:
             training.transfer_weights(encoder, model, reset_head=True)
         return model
@@ -71,10 +69,10 @@ def finetune(encoder, subset, steps, seed, output_dir, data_dir, learning_rate=0
     return training.evaluate(result.model, "vit_keras_digits", "test", data_dir=data_dir)["top1"]
 
 
-def few_shot(encoder, data_dir):
+def few_shot(encoder, data_dir, classifier="token"):
     from vit_keras import training
 
-    probe = build_encoder(pooling="avg")
+    probe = build_encoder(pooling="avg", classifier=classifier)
     if encoder is not None:
         training.transfer_weights(encoder, probe)
     return training.few_shot_probe(probe, "vit_keras_digits", "vit_keras_digits", shots=(1, 5, 10),
@@ -106,7 +104,7 @@ def main(argv=None) -> int:
 
     from vit_keras import training
 
-    CLASSIFIER["name"] = args.classifier
+    classifier = args.classifier
     work = args.work_dir or tempfile.mkdtemp(prefix="masked_patch_")
     data_dir = os.path.join(work, "tfds")
     rows = []
@@ -115,21 +113,22 @@ def main(argv=None) -> int:
         keras.utils.set_random_seed(seed)
         subset = labelled_subset(args.labelled, seed)
         row = {"seed": seed, "scratch": finetune(None, subset, args.finetune_steps, seed,
-                                                 os.path.join(work, f"scratch{seed}"), data_dir, args.finetune_lr)}
+                                                 os.path.join(work, f"scratch{seed}"), data_dir, args.finetune_lr,
+                                                 classifier)}
         keras.utils.set_random_seed(seed)
-        row["few_shot_random_init"] = few_shot(build_encoder(), data_dir)
+        row["few_shot_random_init"] = few_shot(build_encoder(classifier=classifier), data_dir, classifier)
         for target in args.targets:
             steps = args.pretrain_steps
             config = training.masked_patch(total_steps=steps, warmup_steps=steps // 10, learning_rate=args.pretrain_lr,
                                            seed=seed, steps_per_epoch=steps, **COMMON)
             result = training.masked_patch_pretrain(
-                build_encoder, "vit_keras_digits", config, target=target, target_grid=TARGET_GRID,
-                output_dir=os.path.join(work, f"{target}{seed}"), data_dir=data_dir, verbose=0)
+                functools.partial(build_encoder, classifier=classifier), "vit_keras_digits", config, target=target,
+                target_grid=TARGET_GRID, output_dir=os.path.join(work, f"{target}{seed}"), data_dir=data_dir, verbose=0)
             row[f"pretext_{target}"] = result.metrics
-            row[f"few_shot_{target}"] = few_shot(result.encoder, data_dir)
+            row[f"few_shot_{target}"] = few_shot(result.encoder, data_dir, classifier)
             row[f"finetuned_{target}"] = finetune(result.encoder, subset, args.finetune_steps, seed,
                                                   os.path.join(work, f"ft_{target}{seed}"), data_dir,
-                                                  args.finetune_lr)
+                                                  args.finetune_lr, classifier)
         rows.append(row)
         print(json.dumps(row), flush=True)
         summary = {"settings": {**vars(args), "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE,
