@@ -37,6 +37,7 @@ def from_pretrained(
     sha256=None,
     cache_dir=None,
     any_image_size=False,
+    head_tokens_only=False,
 ):
     """Build the model a checkpoint describes and load it, exactly as its own library computes it.
 
@@ -54,7 +55,8 @@ def from_pretrained(
     mean/std, [-1, 1] otherwise). `any_image_size=True`: a model that takes any image size whose sides are
     multiples of the patch size (as timm's `dynamic_img_size` and transformers' `interpolate_pos_encoding`): the
     position embeddings stay at the checkpoint's grid and are resampled at each call with the same interpolation
-    (`image_size` then only says the grid they are stored at).
+    (`image_size` then only says the grid they are stored at). `head_tokens_only=True`: the last block runs for
+    the class (and distillation) token only, the same outputs for less work (see `vit_keras.ViT`).
 
     Example:
         >>> model = from_pretrained("timm-vit-dir", image_size=448, classifier_activation=None)  # doctest: +SKIP
@@ -99,6 +101,7 @@ def from_pretrained(
         config, include_top=include_top, pooling=pooling, classes=classes if classes is not None else 1000,
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
         normalization=check_normalization(info.normalization), input_tensor=input_tensor, name=name,
+        head_tokens_only=head_tokens_only,
     )
     weights_lib.load_into(model, info, interpolation=interpolation)
     return model

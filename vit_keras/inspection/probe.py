@@ -248,7 +248,8 @@ class AttentionProbe:
                 x = stage(x, training=False)
             scores = []
             for block in self.blocks:
-                x, attention = block(x, training=False, return_attention_scores=True)
+                # all_tokens: the whole map also from a model built with head_tokens_only=True.
+                x, attention = block(x, training=False, return_attention_scores=True, all_tokens=True)
                 scores.append(np.asarray(keras.ops.convert_to_numpy(attention), dtype=np.float32))
             yield scores
 

@@ -150,6 +150,11 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
     where the backend has it). A fused q/k/v projection and an explicit einsum softmax measured no faster on
     ViT-B/16 shapes (`scripts/benchmark.py --suite attention`), so the Keras layer stays.
 
+    `query_tokens=n` computes the block for the first `n` tokens only: they still attend to every token (keys and
+    values come from the whole sequence), and the output is `(batch, n, D)`. The last block of a classifier that
+    reads only the class token gives the same logits this way for about a twelfth of the block's work. Calling
+    with `all_tokens=True` computes every token anyway (the attention maps of `vit_keras.inspection`).
+
     Example:
         >>> block = TransformerBlock(num_heads=2, mlp_dim=32)
         >>> y, scores = block(keras.ops.zeros((1, 5, 8)), return_attention_scores=True)
@@ -167,9 +172,13 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
         gelu_approximate: bool = True,
         activation: str | None = None,
         layer_scale: bool = False,
+        query_tokens: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if query_tokens is not None and int(query_tokens) < 1:
+            raise ValueError(f"`query_tokens` must be a positive number of tokens or None, got {query_tokens!r}.")
+        self.query_tokens = None if query_tokens is None else int(query_tokens)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
@@ -211,20 +220,25 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_1",
         )
+        query_shape = self.compute_output_shape(input_shape)
         self.norm_1.build(input_shape)
-        self.attention.build(input_shape, input_shape)
-        self.norm_2.build(input_shape)
-        self.mlp.build(input_shape)
+        self.attention.build(query_shape, input_shape)
+        self.norm_2.build(query_shape)
+        self.mlp.build(query_shape)
         if self.layer_scale:
-            self.scale_1.build(input_shape)
-            self.scale_3.build(input_shape)
+            self.scale_1.build(query_shape)
+            self.scale_3.build(query_shape)
 
-    def call(self, x, training=None, return_attention_scores=False):
+    def call(self, x, training=None, return_attention_scores=False, all_tokens=False):
         y = self.norm_1(x)
+        query = y
+        if self.query_tokens is not None and not all_tokens:
+            # LayerNorm is per token, so normalising the whole sequence once serves the keys, values and queries.
+            x, query = x[:, : self.query_tokens], y[:, : self.query_tokens]
         if return_attention_scores:
-            y, scores = self.attention(y, y, return_attention_scores=True, training=training)
+            y, scores = self.attention(query, y, return_attention_scores=True, training=training)
         else:
-            y = self.attention(y, y, training=training)
+            y = self.attention(query, y, training=training)
         y = self.dropout(y, training=training)
         x = x + (self.scale_1(y) if self.layer_scale else y)
         y = self.mlp(self.norm_2(x), training=training)
@@ -232,7 +246,9 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
         return (x, scores) if return_attention_scores else x
 
     def compute_output_shape(self, input_shape):
-        return input_shape
+        if self.query_tokens is None:
+            return input_shape
+        return (input_shape[0], self.query_tokens, *input_shape[2:])
 
     def checkpoint_variables(self):
         out = {**nested("LayerNorm_0", self.norm_1), **nested("LayerNorm_2", self.norm_2),
@@ -254,4 +270,5 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
             "gelu_approximate": self.gelu_approximate,
             "activation": self.activation,
             "layer_scale": self.layer_scale,
+            "query_tokens": self.query_tokens,
         }
