@@ -512,8 +512,8 @@ def _cases(args):
                         cases.append(dict(task=args.suite, library=lib, batch=b, precision=p, xla=True,
                                           backend="tensorflow", call="predict", architecture=args.architecture))
                     exported = tf_inference and p == "float32"
-                    # int8 weights are reported apart: no float32 peer is quantized. Exported last: the
-                    # conversions take GiBs (tf2onnx over 13 GiB for B/16), which must not crowd a Keras case.
+                    # int8 weights are reported apart: no float32 peer is quantized. Exported after the Keras
+                    # cases, so that no Keras case follows a conversion of several GiB (tf2onnx: 13 GiB for B/16).
                     cases += [dict(task=args.suite, library=lib, batch=b, xla=None, backend="tensorflow",
                                    precision="int8" if runtime == "tflite_int8" else p, runtime=runtime,
                                    architecture=args.architecture)
