@@ -1,10 +1,12 @@
 """Read image files for prediction, export checks and inspection, with errors that name the file.
 
-The format is told from the file's first bytes (JPEG, PNG, GIF, BMP: what `tf.io.decode_image` reads) and the
-image's width and height from its header, before anything is decoded: an image above `max_pixels` is refused, as
-PIL refuses decompression bombs (a 16000x16000 PNG of a few hundred KB would otherwise be decoded to gigabytes).
-The limit is `DEFAULT_MAX_PIXELS` (PIL's, about 89 megapixels); raise it with `max_pixels=` or the environment
-variable `VIT_KERAS_MAX_IMAGE_PIXELS`.
+The format is told from the first bytes (JPEG, PNG, GIF, BMP) and the image's width and height from its header,
+before anything is decoded: an image above `max_pixels` is refused, as PIL refuses decompression bombs (a
+16000x16000 PNG of a few hundred KB would otherwise be decoded to gigabytes). The limit is `DEFAULT_MAX_PIXELS`
+(PIL's, about 89 megapixels); raise it with `max_pixels=` or the environment variable
+`VIT_KERAS_MAX_IMAGE_PIXELS`. The same check guards files (`check_image_file`), encoded bytes already in memory
+or downloaded (`check_image_bytes`) and, inside the exported graph, the SavedModel's `serve_bytes` signature.
+An image read from a URL is also capped in bytes: `DEFAULT_MAX_IMAGE_BYTES`, or `$VIT_KERAS_MAX_IMAGE_BYTES`.
 
 Example:
     >>> read_image("cat.jpg", (224, 224)).shape  # doctest: +SKIP
@@ -13,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import struct
@@ -21,7 +24,9 @@ ACCEPTED_FORMATS = ("JPEG", "PNG", "GIF", "BMP")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 DEFAULT_MAX_PIXELS = 89_478_485  # PIL.Image.MAX_IMAGE_PIXELS: 1024 * 1024 * 1024 // 4 // 3
 MAX_PIXELS_ENV = "VIT_KERAS_MAX_IMAGE_PIXELS"
-_HEADER_BYTES = 64 * 1024  # JPEG frame headers come after EXIF/ICC segments; further ones are read as needed
+# An image URL's body is read into memory: far above any photograph's file, far below what would exhaust memory.
+DEFAULT_MAX_IMAGE_BYTES = 256 * 1024 * 1024
+MAX_BYTES_ENV = "VIT_KERAS_MAX_IMAGE_BYTES"
 
 
 def max_image_pixels() -> int:
@@ -36,6 +41,22 @@ def max_image_pixels() -> int:
         return DEFAULT_MAX_PIXELS
     if not text.isdigit() or int(text) < 1:
         raise ValueError(f"${MAX_PIXELS_ENV}={text!r} must be a positive whole number of pixels, e.g. 200000000.")
+    return int(text)
+
+
+def max_image_bytes() -> int:
+    """The byte limit on an image read from a URL: `$VIT_KERAS_MAX_IMAGE_BYTES` when set, else
+    `DEFAULT_MAX_IMAGE_BYTES` (256 MiB).
+
+    Example:
+        >>> max_image_bytes()  # with the variable unset  # doctest: +SKIP
+        268435456
+    """
+    text = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_IMAGE_BYTES
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"${MAX_BYTES_ENV}={text!r} must be a positive whole number of bytes, e.g. 500000000.")
     return int(text)
 
 
@@ -66,6 +87,63 @@ def _jpeg_size(f) -> tuple[int, int] | None:
         f.seek(length - 2, os.SEEK_CUR)
 
 
+def _skip_sub_blocks(f) -> None:
+    while (length := f.read(1)) and length[0]:
+        f.seek(length[0], os.SEEK_CUR)
+
+
+def _gif_size(f) -> tuple[tuple[int, int], int] | None:
+    """((width, height), pixels) of a GIF: the canvas holds the logical screen and every frame, and the pixels
+    are what a decoder reads, every frame's (`tf.io.decode_image` reads them all, sized by their own descriptors,
+    not by the screen). Walks the block structure, skipping the image data."""
+    f.seek(6)
+    screen = f.read(7)
+    if len(screen) < 7:
+        return None
+    width, height, packed = struct.unpack("<HHB", screen[:5])
+    if packed & 0x80:  # global colour table
+        f.seek(3 << ((packed & 7) + 1), os.SEEK_CUR)
+    pixels = 0
+    while block := f.read(1):
+        if block == b"\x21":  # extension: label, then sub-blocks
+            f.seek(1, os.SEEK_CUR)
+            _skip_sub_blocks(f)
+        elif block == b"\x2c":  # image descriptor: left, top, width, height, packed
+            descriptor = f.read(9)
+            if len(descriptor) < 9:
+                break
+            _, _, frame_width, frame_height, packed = struct.unpack("<HHHHB", descriptor)
+            width, height = max(width, frame_width), max(height, frame_height)
+            pixels += frame_width * frame_height
+            if packed & 0x80:  # local colour table
+                f.seek(3 << ((packed & 7) + 1), os.SEEK_CUR)
+            f.seek(1, os.SEEK_CUR)  # LZW minimum code size
+            _skip_sub_blocks(f)
+        else:  # the trailer, or data that is no GIF block: a decoder stops here
+            break
+    return (width, height), max(pixels, width * height)
+
+
+def _header(f) -> tuple[str | None, tuple[int, int] | None, int | None]:
+    """The format, (width, height) and the pixels a decoder would produce, from the header of a binary file
+    object positioned at its start."""
+    head = f.read(32)
+    size = None
+    if head.startswith(b"\xff\xd8\xff"):
+        kind, size = "JPEG", _jpeg_size(f)
+    elif head.startswith(b"\x89PNG\r\n\x1a\n"):
+        kind, size = "PNG", struct.unpack(">II", head[16:24]) if head[12:16] == b"IHDR" else None
+    elif head[:6] in (b"GIF87a", b"GIF89a"):
+        gif = _gif_size(f)
+        return ("GIF", None, None) if gif is None else ("GIF", *gif)
+    elif head.startswith(b"BM") and len(head) >= 26:
+        width, height = struct.unpack("<ii", head[18:26])
+        kind, size = "BMP", (abs(width), abs(height))
+    else:
+        return None, None, None
+    return kind, size, None if size is None else size[0] * size[1]
+
+
 def image_header(path: str) -> tuple[str | None, tuple[int, int] | None]:
     """The format (one of `ACCEPTED_FORMATS`, or None) and (width, height) read from a file's header.
 
@@ -74,23 +152,20 @@ def image_header(path: str) -> tuple[str | None, tuple[int, int] | None]:
         ('PNG', (640, 480))
     """
     with open(path, "rb") as f:
-        head = f.read(32)
-        if head.startswith(b"\xff\xd8\xff"):
-            return "JPEG", _jpeg_size(f)
-        if head.startswith(b"\x89PNG\r\n\x1a\n"):
-            size = struct.unpack(">II", head[16:24]) if head[12:16] == b"IHDR" else None
-            return "PNG", size
-        if head[:6] in (b"GIF87a", b"GIF89a"):
-            return "GIF", struct.unpack("<HH", head[6:10])
-        if head.startswith(b"BM") and len(head) >= 26:
-            width, height = struct.unpack("<ii", head[18:26])
-            return "BMP", (abs(width), abs(height))
-    return None, None
+        return _header(f)[:2]
 
 
-def _describe_other(path: str) -> str:
-    with open(path, "rb") as f:
-        head = f.read(512)
+def encoded_image_header(data: bytes) -> tuple[str | None, tuple[int, int] | None]:
+    """The format (one of `ACCEPTED_FORMATS`, or None) and (width, height) read from encoded image bytes.
+
+    Example:
+        >>> encoded_image_header(open("cat.png", "rb").read())  # doctest: +SKIP
+        ('PNG', (640, 480))
+    """
+    return _header(io.BytesIO(data))[:2]
+
+
+def _describe_other(head: bytes) -> str:
     if head[:4] in (b"II*\x00", b"MM\x00*"):
         return "a TIFF image"
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
@@ -104,6 +179,41 @@ def _describe_other(path: str) -> str:
         return "not an image format vit_keras reads"
 
 
+def check_pixel_count(name: str, kind: str, size: tuple[int, int], max_pixels: int | None = None,
+                      pixels: int | None = None) -> None:
+    """Raise a `ValueError` naming `name` (e.g. a quoted path) when a `kind` image of `size` (width, height) is
+    above the pixel limit: `max_pixels`, or `max_image_pixels()` when None. `pixels` is what decoding produces
+    when it is more than width x height (a GIF's frames), counted against the limit instead.
+
+    Example:
+        >>> check_pixel_count("'big.png'", "PNG", (20000, 20000))  # doctest: +SKIP
+        Traceback (most recent call last):
+        ValueError: 'big.png' is a 20000x20000 PNG (400,000,000 pixels), above the limit of 89,478,485 pixels ...
+    """
+    limit = max_image_pixels() if max_pixels is None else max_pixels
+    width, height = size
+    pixels = width * height if pixels is None else pixels
+    if pixels > limit:
+        counted = f"{pixels:,} pixels" + ("" if pixels == width * height else " in all its frames")
+        raise ValueError(
+            f"{name} is a {width}x{height} {kind} ({counted}), above the limit of {limit:,} "
+            f"pixels that guards against decompression bombs; if you trust the file, raise the limit with "
+            f"{MAX_PIXELS_ENV}={pixels} (or max_pixels=), or downscale it first."
+        )
+
+
+def _check_header(name: str, kind, size, pixels, head: bytes, max_pixels) -> tuple[str, tuple[int, int]]:
+    accepted = ", ".join(ACCEPTED_FORMATS)
+    if kind is None:
+        raise ValueError(f"{name} is {_describe_other(head)}; accepted image formats: {accepted}. "
+                         "Convert it (e.g. to PNG) first.")
+    if size is None:
+        raise ValueError(f"{name} is not a readable {kind} image (its header is truncated or corrupt); "
+                         f"accepted image formats: {accepted}.")
+    check_pixel_count(name, kind, size, max_pixels, pixels)
+    return kind, size
+
+
 def check_image_file(path, max_pixels: int | None = None) -> tuple[str, tuple[int, int]]:
     """Raise a `ValueError` naming `path` unless it is a JPEG/PNG/GIF/BMP within the pixel limit; return its
     format and (width, height).
@@ -113,25 +223,27 @@ def check_image_file(path, max_pixels: int | None = None) -> tuple[str, tuple[in
         ('JPEG', (500, 375))
     """
     path = os.fspath(path)
-    accepted = ", ".join(ACCEPTED_FORMATS)
     if not os.path.isfile(path):
         raise ValueError(f"image file {path!r} does not exist")
-    kind, size = image_header(path)
-    if kind is None:
-        raise ValueError(f"{path!r} is {_describe_other(path)}; accepted image formats: {accepted}. "
-                         "Convert it (e.g. to PNG) first.")
-    if size is None:
-        raise ValueError(f"{path!r} is not a readable {kind} image (its header is truncated or corrupt); "
-                         f"accepted image formats: {accepted}.")
-    limit = max_image_pixels() if max_pixels is None else max_pixels
-    width, height = size
-    if width * height > limit:
-        raise ValueError(
-            f"{path!r} is a {width}x{height} {kind} ({width * height:,} pixels), above the limit of {limit:,} "
-            f"pixels that guards against decompression bombs; if you trust the file, raise the limit with "
-            f"{MAX_PIXELS_ENV}={width * height} (or max_pixels=), or downscale it first."
-        )
-    return kind, size
+    with open(path, "rb") as f:
+        kind, size, pixels = _header(f)
+        f.seek(0)
+        head = f.read(512)
+    return _check_header(repr(path), kind, size, pixels, head, max_pixels)
+
+
+def check_image_bytes(data: bytes, source: str = "the image", max_pixels: int | None = None
+                      ) -> tuple[str, tuple[int, int]]:
+    """Raise a `ValueError` naming `source` unless the encoded `data` is a JPEG/PNG/GIF/BMP within the pixel
+    limit (read from its header; nothing is decoded); return its format and (width, height).
+
+    Example:
+        >>> check_image_bytes(open("cat.jpg", "rb").read(), "the image at 'https://example.com/cat.jpg'")
+        ... # doctest: +SKIP
+        ('JPEG', (500, 375))
+    """
+    kind, size, pixels = _header(io.BytesIO(data))
+    return _check_header(source, kind, size, pixels, bytes(data[:512]), max_pixels)
 
 
 def read_image(path, size, max_pixels: int | None = None):

@@ -11,17 +11,18 @@ Example:
 
 from __future__ import annotations
 
+import http.client
 import numbers
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import numpy as np
 
+from vit_keras import images
 from vit_keras import weights as weights_lib
 from vit_keras.migration import warn_once
 from vit_keras.models import imagenet_classes
+from vit_keras.weights import download
 from vit_keras.weights.resample import resample_position_embeddings
 
 # 0.2.0 waited forever by default; a URL that does not answer must not hang the caller.
@@ -50,9 +51,10 @@ def _check_size(size) -> tuple[int, int]:
     raise ValueError(f"`size` must be a positive int (a square image) or a (height, width) pair, got {size!r}.")
 
 
-def _decode(data: bytes, source: str) -> np.ndarray:
+def _decode(data: bytes, source: str, max_pixels) -> np.ndarray:
     import tensorflow as tf
 
+    images.check_image_bytes(data, source, max_pixels)  # format and pixel limit from the header, before decoding
     try:
         image = tf.io.decode_image(data, channels=3, expand_animations=False)
     except (tf.errors.InvalidArgumentError, ValueError) as error:
@@ -62,11 +64,19 @@ def _decode(data: bytes, source: str) -> np.ndarray:
 
 
 def _read_url(url: str, timeout) -> bytes:
+    """The body of an image URL: `timeout` seconds to connect and between bytes, the download deadline overall,
+    and at most `images.max_image_bytes()` bytes, counted as they arrive."""
     timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
+    limit = images.max_image_bytes()
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (http/https/ftp only)
-            return response.read()
-    except (urllib.error.URLError, OSError) as error:
+        return download.read_url(url, max_bytes=limit, limits=(timeout, timeout))
+    except download.TooLarge as error:
+        raise ValueError(f"The image at {url!r} is larger than the limit of {limit:,} bytes for an image read from a "
+                         f"URL (at least {error.size:,} bytes); if you trust it, raise the limit with "
+                         f"{images.MAX_BYTES_ENV}=BYTES, or download it first and pass the file's path.") from None
+    except download.DeadlineExceeded:
+        raise
+    except (OSError, ValueError, http.client.HTTPException) as error:
         raise ValueError(f"Cannot download the image at {url!r} ({error}); check the address and the network, "
                          "or download it first and pass the file's path.") from error
 
@@ -87,12 +97,15 @@ def _is_url(value: str) -> bool:
     return urllib.parse.urlsplit(value).scheme in URL_SCHEMES
 
 
-def _load_rgb(filepath_or_buffer, timeout) -> np.ndarray:
+def _load_rgb(filepath_or_buffer, timeout, max_pixels) -> np.ndarray:
     try:
         import PIL.Image
     except ImportError:  # pragma: no cover (Pillow ships with matplotlib, a dependency)
         PIL = None
     if PIL is not None and isinstance(filepath_or_buffer, PIL.Image.Image):
+        # Image.open reads the header only; convert() decodes, so the size is checked first.
+        images.check_pixel_count("the PIL image", filepath_or_buffer.format or filepath_or_buffer.mode,
+                                 filepath_or_buffer.size, max_pixels)
         return np.asarray(filepath_or_buffer.convert("RGB"))
     if isinstance(filepath_or_buffer, np.ndarray):
         if filepath_or_buffer.ndim != 3 or filepath_or_buffer.shape[-1] != 3:
@@ -103,24 +116,29 @@ def _load_rgb(filepath_or_buffer, timeout) -> np.ndarray:
         if not isinstance(data, bytes | bytearray):
             raise ValueError(f"{type(filepath_or_buffer).__name__}.read() returned {type(data).__name__}, not bytes; "
                              "open the file in binary mode ('rb').")
-        return _decode(bytes(data), f"the {type(filepath_or_buffer).__name__} contents")
+        return _decode(bytes(data), f"the {type(filepath_or_buffer).__name__} contents", max_pixels)
     if isinstance(filepath_or_buffer, str) and _is_url(filepath_or_buffer):
-        return _decode(_read_url(filepath_or_buffer, timeout), repr(filepath_or_buffer))
+        url = filepath_or_buffer
+        return _decode(_read_url(url, timeout), f"the image at {url!r}", max_pixels)
     if not isinstance(filepath_or_buffer, str | os.PathLike):
         raise ValueError(f"Cannot read an image from {type(filepath_or_buffer).__name__}: pass a file path, an "
                          "http(s) URL, a binary file object (io.BytesIO), a PIL image or an (H, W, 3) array.")
     path = os.fspath(filepath_or_buffer)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Could not find image at path: {path}")
+    images.check_image_file(path, max_pixels)  # before the whole file is read
     with open(path, "rb") as f:
-        return _decode(f.read(), repr(path))
+        return _decode(f.read(), repr(path), max_pixels)
 
 
-def read(filepath_or_buffer, size, timeout=None) -> np.ndarray:
+def read(filepath_or_buffer, size, timeout=None, max_pixels=None) -> np.ndarray:
     """Read an image (path, http(s) URL, binary file object, PIL image or array) into an RGB uint8 array
     resized to `size` x `size` (or a (height, width) pair).
 
-    `timeout` (seconds, for URLs) defaults to 30. Scale the result with `vit_keras.vit.preprocess_inputs`
+    `timeout` (seconds, for URLs: to connect and between bytes) defaults to 30; a whole download is bounded by
+    `$VIT_KERAS_DOWNLOAD_DEADLINE` (an hour by default) and `$VIT_KERAS_MAX_IMAGE_BYTES` (256 MiB). An encoded
+    image above `max_pixels` (default `$VIT_KERAS_MAX_IMAGE_PIXELS`, else about 89 megapixels, PIL's limit) is
+    refused from its header, before it is decoded. Scale the result with `vit_keras.vit.preprocess_inputs`
     (or `vit_keras.preprocess_input`) before a model that takes [-1, 1] images.
 
     Example:
@@ -130,7 +148,7 @@ def read(filepath_or_buffer, size, timeout=None) -> np.ndarray:
     warn_once("vit_keras.utils.read",
               "numpy.asarray(keras.utils.load_img(path, target_size=(size, size), interpolation='bilinear'))")
     size = _check_size(size)
-    return _resize(_load_rgb(filepath_or_buffer, timeout), size)
+    return _resize(_load_rgb(filepath_or_buffer, timeout, max_pixels), size)
 
 
 def _reset_head(model) -> None:

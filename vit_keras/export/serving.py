@@ -29,7 +29,7 @@ def _next_free_version(export_dir: str) -> int:
     return max(versions, default=0) + 1
 
 
-def build_serving_module(model, top_k: int = 5, class_names=None, include_preprocessing=None):
+def build_serving_module(model, top_k: int = 5, class_names=None, include_preprocessing=None, max_image_pixels=None):
     """A `tf.Module` holding `model` and its serving `tf.function`s, plus the signatures dict to save it with.
 
     Example:
@@ -41,7 +41,7 @@ def build_serving_module(model, top_k: int = 5, class_names=None, include_prepro
     spec = describe_model(model, include_preprocessing, allow_any_size=True)
     names = check_class_names(spec, class_names)
     forward, variables = tensorflow_forward(model, spec.image_size)
-    functions = serving_functions(forward, spec, check_top_k(spec, top_k), names)
+    functions = serving_functions(forward, spec, check_top_k(spec, top_k), names, max_image_pixels)
     module = tf.Module(name="vit_serving")
     # Track the model's variables, not the model: a compiled model would drag its optimizer state along.
     module.model_variables = variables
@@ -58,6 +58,7 @@ def saved_model(
     top_k=5,
     overwrite=False,
     include_preprocessing=None,
+    max_image_pixels=None,
 ):
     """Export `model` as a SavedModel for TF Serving at `<export_dir>/<version>/`.
 
@@ -72,7 +73,9 @@ def saved_model(
       has no pooling.
     - `serve_bytes`: `image_bytes` string (batch,): encoded JPEG/PNG/GIF/BMP images (what REST's
       `{"b64": ...}` carries), decoded, resized to (H, W) with bilinear `tf.image.resize` and served as above
-      (a model of any size: to the size its position embeddings are stored at).
+      (a model of any size: to the size its position embeddings are stored at). Each image's width and height
+      are read from its header first: another format, or more than `max_image_pixels` pixels, fails the request
+      with an `InvalidArgument` error before anything is decoded.
 
     The directory is written to a hidden temporary directory beside it and renamed into place, so TF
     Serving never loads a half-written version. It loads with TensorFlow alone (`tf.saved_model.load`), no
@@ -87,6 +90,9 @@ def saved_model(
         top_k: how many classes `top_k_*` return (at most the number of classes).
         overwrite: replace an existing version directory (otherwise it is a `ValueError`).
         include_preprocessing: whether the model rescales [0, 255] itself; None detects it.
+        max_image_pixels: the most pixels `serve_bytes` decodes per image, fixed in the SavedModel; None takes
+            `vit_keras.images.max_image_pixels()` at export (`$VIT_KERAS_MAX_IMAGE_PIXELS`, else about 89
+            megapixels, PIL's decompression-bomb limit).
 
     Returns:
         The path of the version directory.
@@ -99,7 +105,7 @@ def saved_model(
     import tensorflow as tf
 
     version = _version_number(version)
-    module, functions = build_serving_module(model, top_k, class_names, include_preprocessing)
+    module, functions = build_serving_module(model, top_k, class_names, include_preprocessing, max_image_pixels)
     export_dir = os.fspath(export_dir)
     version_dir = os.path.join(export_dir, str(version))
     if os.path.lexists(version_dir) and not overwrite:

@@ -321,10 +321,148 @@ def check_image_size(images, spec: ServingSpec):
         return tf.identity(images)
 
 
-def decode_images(image_bytes, image_size):
+def _gif_size(data):
+    """(width, height, pixels) of a GIF (a scalar `tf.string`) in the graph, as `vit_keras.images` reads a file:
+    the canvas holds the logical screen and every frame, the pixels are every frame's (the decoder reads them all).
+    A `tf.while_loop` walks the blocks, one sub-block (at most 256 bytes) per step, skipping the image data."""
+    import tensorflow as tf
+
+    length = tf.cast(tf.strings.length(data), tf.int64)
+    padded = tf.strings.join([data, b"\x00" * 16])  # every 10-byte read below stays inside
+
+    def read10(position):
+        return tf.cast(tf.io.decode_raw(tf.strings.substr(padded, position, 10), tf.uint8), tf.int64)
+
+    def colour_table(packed):
+        return tf.where(tf.bitwise.bitwise_and(packed, 0x80) > 0,
+                        tf.bitwise.left_shift(tf.constant(3, tf.int64), tf.bitwise.bitwise_and(packed, 7) + 1), 0)
+
+    screen = read10(6)
+    width, height = screen[0] + 256 * screen[1], screen[2] + 256 * screen[3]
+    zero = tf.constant(0, tf.int64)
+    # state: position, whether inside sub-blocks, width, height, frame pixels, finished
+    state = (13 + colour_table(screen[4]), tf.constant(False), width, height, zero, tf.constant(False))
+
+    def going(position, in_blocks, width, height, pixels, finished):
+        return tf.logical_and(tf.logical_not(finished), position < length)
+
+    def step(position, in_blocks, width, height, pixels, finished):
+        b = read10(position)
+        # Inside sub-blocks: a length byte, 0 ends them.
+        block_position = position + 1 + b[0]
+        # At a block: 0x21 extension (label, then sub-blocks); 0x2C image descriptor (then a local colour table,
+        # the LZW code size and sub-blocks); anything else (the trailer) ends the image.
+        is_extension, is_image = tf.equal(b[0], 0x21), tf.equal(b[0], 0x2C)
+        frame_width, frame_height = b[5] + 256 * b[6], b[7] + 256 * b[8]
+        after = tf.where(is_extension, position + 2, position + 11 + colour_table(b[9]))
+        at_block = tf.logical_not(in_blocks)
+        image = tf.logical_and(at_block, is_image)
+        return (
+            tf.where(in_blocks, block_position, after),
+            tf.where(in_blocks, b[0] > 0, True),
+            tf.where(image, tf.maximum(width, frame_width), width),
+            tf.where(image, tf.maximum(height, frame_height), height),
+            tf.where(image, pixels + frame_width * frame_height, pixels),
+            tf.logical_and(at_block, tf.logical_not(tf.logical_or(is_extension, is_image))),
+        )
+
+    _, _, width, height, pixels, _ = tf.while_loop(going, step, state)
+    return width, height, tf.maximum(pixels, width * height)
+
+
+def encoded_image_size(data):
+    """(format code, width, height, pixels) of one encoded image (a scalar `tf.string`), read from its header in
+    the graph, without decoding it: the format code indexes `images.ACCEPTED_FORMATS` (JPEG, PNG, GIF, BMP), -1
+    for any other data, whose sizes are 0. The pixels are width x height, or for a GIF every frame's.
+
+    Read like `vit_keras.images` reads a file: the JPEG frame header (`tf.image.extract_jpeg_shape`), PNG's IHDR
+    (big-endian uint32 at bytes 16..24), GIF's logical screen and frame descriptors, BMP's info header
+    (little-endian int32 at 18..26, negative for top-down rows).
+
+    Example:
+        >>> encoded_image_size(tf.constant(open("cat.png", "rb").read()))  # doctest: +SKIP
+        (<tf.Tensor: ... numpy=1>, <tf.Tensor: ... numpy=640>, <tf.Tensor: ... numpy=480>, <tf.Tensor: ... 307200>)
+    """
+    import tensorflow as tf
+
+    head = tf.strings.substr(tf.strings.join([tf.strings.substr(data, 0, 32), b"\x00" * 32]), 0, 32)
+    byte = tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)  # the first 32 bytes, zero-padded
+
+    def little_endian(start, count):
+        return sum(byte[start + i] * 256**i for i in range(count))
+
+    def big_endian(start, count):
+        return sum(byte[start + i] * 256 ** (count - 1 - i) for i in range(count))
+
+    def signed(value):  # a little-endian int32 read as unsigned
+        return tf.abs(tf.where(value >= 2**31, value - 2**32, value))
+
+    is_jpeg = tf.equal(tf.strings.substr(data, 0, 3), b"\xff\xd8\xff")
+    is_png = tf.equal(tf.strings.substr(data, 0, 8), b"\x89PNG\r\n\x1a\n")
+    is_gif = tf.logical_and(tf.logical_or(tf.equal(tf.strings.substr(data, 0, 6), b"GIF87a"),
+                                          tf.equal(tf.strings.substr(data, 0, 6), b"GIF89a")),
+                            tf.strings.length(data) >= 13)
+    is_bmp = tf.logical_and(tf.equal(tf.strings.substr(data, 0, 2), b"BM"), tf.strings.length(data) >= 26)
+
+    def jpeg_size():
+        height_width = tf.cast(tf.image.extract_jpeg_shape(data)[:2], tf.int64)
+        return height_width[1], height_width[0]
+
+    def zeros(count):
+        return lambda: (tf.constant(0, tf.int64),) * count
+
+    jpeg_width, jpeg_height = tf.cond(is_jpeg, jpeg_size, zeros(2))
+    gif_width, gif_height, gif_pixels = tf.cond(is_gif, lambda: _gif_size(data), zeros(3))
+    kinds = [is_jpeg, is_png, is_gif, is_bmp]
+    widths = [jpeg_width, big_endian(16, 4), gif_width, signed(little_endian(18, 4))]
+    heights = [jpeg_height, big_endian(20, 4), gif_height, signed(little_endian(22, 4))]
+    code = tf.constant(-1, tf.int32)
+    width = height = tf.constant(0, tf.int64)
+    for index in reversed(range(len(kinds))):  # the first matching format wins
+        code = tf.where(kinds[index], index, code)
+        width = tf.where(kinds[index], widths[index], width)
+        height = tf.where(kinds[index], heights[index], height)
+    # float64: a header may claim up to 2**32 x 2**32 pixels, beyond int64.
+    pixels = tf.where(is_gif, tf.cast(gif_pixels, tf.float64), tf.cast(width, tf.float64) * tf.cast(height, tf.float64))
+    return code, width, height, pixels
+
+
+def check_encoded_image(data, max_pixels: int):
+    """`data` (a scalar `tf.string`) behind run-time checks that it is a JPEG/PNG/GIF/BMP of at most `max_pixels`
+    pixels, read from its header: the request fails with an `InvalidArgument` message before anything is decoded,
+    so a decompression bomb (a PNG of a few hundred KB that decodes to gigabytes) is refused.
+
+    Example:
+        >>> check_encoded_image(tf.constant(open("cat.jpg", "rb").read()), 89_478_485)  # doctest: +SKIP
+    """
+    import tensorflow as tf
+
+    from vit_keras.images import ACCEPTED_FORMATS, MAX_PIXELS_ENV
+
+    code, width, height, pixels = encoded_image_size(data)
+    known = tf.debugging.Assert(
+        code >= 0,
+        [f"'{BYTES_INPUT}' must hold encoded {', '.join(ACCEPTED_FORMATS)} images; this one starts with bytes:",
+         tf.strings.substr(data, 0, 12)],
+    )
+    with tf.control_dependencies([known]):
+        message = tf.strings.format(
+            "image of {}x{} pixels exceeds the serving limit of {} pixels ({} pixels to decode, every GIF frame "
+            "counted), a guard against decompression bombs; resize it before sending, or export again with a "
+            f"higher max_image_pixels (or {MAX_PIXELS_ENV})",
+            [width, height, tf.constant(max_pixels, tf.int64), tf.cast(tf.minimum(pixels, 2.0**62), tf.int64)],
+        )
+        small = tf.debugging.Assert(pixels <= float(max_pixels), [message])
+    with tf.control_dependencies([small]):
+        return tf.identity(data)
+
+
+def decode_images(image_bytes, image_size, max_pixels: int | None = None):
     """Decode a batch of encoded JPEG/PNG/GIF/BMP strings to float RGB (batch, H, W, 3) in [0, 255].
 
-    Resized with bilinear `tf.image.resize` to the model's size, no crop, like vit_jax's evaluation.
+    Each image's header is checked first (`check_encoded_image`): another format, or more than `max_pixels`
+    pixels (default `vit_keras.images.max_image_pixels()`), fails the request before it is decoded. Resized with
+    bilinear `tf.image.resize` to the model's size, no crop, like vit_jax's evaluation.
 
     Example:
         >>> decode_images(tf.constant([open("cat.jpg", "rb").read()]), (224, 224)).shape  # doctest: +SKIP
@@ -332,7 +470,12 @@ def decode_images(image_bytes, image_size):
     """
     import tensorflow as tf
 
+    from vit_keras.images import max_image_pixels
+
+    limit = max_image_pixels() if max_pixels is None else int(max_pixels)
+
     def decode(data):
+        data = check_encoded_image(data, limit)
         image = tf.io.decode_image(data, channels=3, expand_animations=False, dtype=tf.uint8)
         image = tf.image.resize(tf.cast(image, tf.float32), image_size)
         return tf.ensure_shape(image, (*image_size, 3))
@@ -340,15 +483,22 @@ def decode_images(image_bytes, image_size):
     return tf.map_fn(decode, image_bytes, fn_output_signature=tf.TensorSpec((*image_size, 3), tf.float32))
 
 
-def serving_functions(forward, spec: ServingSpec, top_k: int = 5, class_names=None):
+def serving_functions(forward, spec: ServingSpec, top_k: int = 5, class_names=None, max_image_pixels=None):
     """The `serving_default` (float images) and `serve_bytes` (encoded images) `tf.function`s around `forward`
-    (the model as a TensorFlow callable: `export.forward.tensorflow_forward`).
+    (the model as a TensorFlow callable: `export.forward.tensorflow_forward`). `serve_bytes` refuses an image of
+    more than `max_image_pixels` pixels (default `vit_keras.images.max_image_pixels()`), fixed at export.
 
     Example:
         >>> sorted(serving_functions(forward, describe_model(model)))  # doctest: +SKIP
         ['serve_bytes', 'serving_default']
     """
     import tensorflow as tf
+
+    from vit_keras.images import max_image_pixels as default_max_pixels
+
+    pixel_limit = default_max_pixels() if max_image_pixels is None else max_image_pixels
+    if isinstance(pixel_limit, bool) or not isinstance(pixel_limit, numbers.Integral) or pixel_limit < 1:
+        raise ValueError(f"`max_image_pixels` must be a positive int, got {max_image_pixels!r}.")
 
     @tf.function(input_signature=[images_spec(spec)], autograph=False)
     def serve_images(images):
@@ -357,7 +507,7 @@ def serving_functions(forward, spec: ServingSpec, top_k: int = 5, class_names=No
 
     @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name=BYTES_INPUT)], autograph=False)
     def serve_bytes(image_bytes):
-        images = decode_images(image_bytes, spec.image_size)
+        images = decode_images(image_bytes, spec.image_size, int(pixel_limit))
         return with_top_k(model_outputs(forward, spec, images), spec, top_k, class_names)
 
     return {SERVING_DEFAULT: serve_images, SERVE_BYTES: serve_bytes}

@@ -6,10 +6,16 @@
   `x-goog-hash: md5=<base64>` (and `Content-Length`). The download is checked against it, then its sha256 is
   recorded in `<cache>/vit_keras/sha256_pins.json` and required from then on (trust on first use, verified).
 - With neither, the download is refused: pass `sha256=`.
+- Each URL has its own cache entry, `<cache>/vit_keras/<first 16 hex digits of sha256(url)>/<file name>`, so two
+  URLs with the same file name never share (or delete) each other's file. A file cached by earlier versions
+  directly under `<cache>/vit_keras/` is moved into its entry when it matches the pinned sha256, otherwise left
+  alone.
 - A download goes to `<name>.incomplete` and is renamed into place only once verified: a truncated, interrupted,
-  stalled or mismatching download is deleted, never loaded or left in the cache.
+  stalled, overdue or mismatching download is deleted, never loaded or left in the cache.
 - Connect and read timeouts (30 s and 120 s without a byte by default) bound every request; set
-  `VIT_KERAS_DOWNLOAD_TIMEOUT` to `SECONDS` or `CONNECT,READ` to change them.
+  `VIT_KERAS_DOWNLOAD_TIMEOUT` to `SECONDS` or `CONNECT,READ` to change them. An overall deadline (1 hour by
+  default) bounds the whole transfer, so a server that trickles bytes cannot hold a call forever; set
+  `VIT_KERAS_DOWNLOAD_DEADLINE` to `SECONDS` to change it.
 - A progress bar is drawn on stderr when it is a terminal.
 
 `file://` and `http://` URLs work the same way (handy for mirrors and tests).
@@ -23,6 +29,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import os
@@ -39,6 +46,9 @@ PINS_FILE = "sha256_pins.json"
 URL_SCHEMES = ("http", "https", "file")
 TIMEOUT_ENV = "VIT_KERAS_DOWNLOAD_TIMEOUT"
 DEFAULT_TIMEOUTS = (30.0, 120.0)  # seconds to connect; seconds a download may go without receiving a byte
+DEADLINE_ENV = "VIT_KERAS_DOWNLOAD_DEADLINE"
+# The largest published checkpoint (ViT-H/14, 2.5 GB) takes minutes on a slow link; an hour is ample.
+DEFAULT_DEADLINE = 3600.0
 INCOMPLETE_SUFFIX = ".incomplete"
 CHUNK_BYTES = 1 << 20
 
@@ -88,14 +98,37 @@ def _read_pins(directory: str) -> dict[str, str]:
                          "delete it to re-verify downloads.") from error
 
 
-def _write_pin(directory: str, url: str, sha256: str) -> None:
-    pins = _read_pins(directory)
-    pins[url] = sha256
+def _write_pins(directory: str, pins: dict[str, str]) -> None:
     os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, PINS_FILE + ".tmp")
     with open(tmp, "w") as f:
         json.dump(pins, f, indent=1, sort_keys=True)
     os.replace(tmp, os.path.join(directory, PINS_FILE))
+
+
+def _write_pin(directory: str, url: str, sha256: str) -> None:
+    _write_pins(directory, {**_read_pins(directory), url: sha256})
+
+
+def _entry_directory(directory: str, url: str) -> str:
+    """The cache entry of `url`: a sub-directory named by its hash, so equal file names never collide."""
+    return os.path.join(directory, hashlib.sha256(url.encode("utf-8")).hexdigest()[:16])
+
+
+def cached_path(url: str, cache_dir: str | None = None, filename: str | None = None) -> str:
+    """Where the verified download of `url` is (or will be) kept: `<cache>/vit_keras/<url key>/<file name>`.
+
+    Example:
+        >>> cached_path("https://example.com/a/model.npz", cache_dir="/tmp/k")
+        '/tmp/k/vit_keras/1981073be58d72be/model.npz'
+    """
+    directory = cache_directory(cache_dir)
+    return os.path.join(_entry_directory(directory, url), filename or _filename(url))
+
+
+def _remove_empty(directory: str) -> None:
+    with contextlib.suppress(OSError):
+        os.rmdir(directory)
 
 
 def forget(url: str, cache_dir: str | None = None, filename: str | None = None) -> None:
@@ -105,15 +138,14 @@ def forget(url: str, cache_dir: str | None = None, filename: str | None = None) 
         >>> forget("file:///nonexistent.npz", cache_dir="/tmp/k")
     """
     directory = cache_directory(cache_dir)
-    path = os.path.join(directory, filename or _filename(url))
+    path = cached_path(url, cache_dir, filename)
     if os.path.exists(path):
         os.remove(path)
+    _remove_empty(os.path.dirname(path))
     pins = _read_pins(directory)
     if url in pins:
         del pins[url]
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, PINS_FILE), "w") as f:
-            json.dump(pins, f, indent=1, sort_keys=True)
+        _write_pins(directory, pins)
 
 
 def _filename(url: str) -> str:
@@ -176,15 +208,53 @@ def timeouts() -> tuple[float, float]:
     return values
 
 
-def _open(url: str, method: str = "GET"):
+def deadline() -> float:
+    """Seconds a whole download may take: `$VIT_KERAS_DOWNLOAD_DEADLINE`, default 3600 (an hour).
+
+    Example:
+        >>> deadline()  # with VIT_KERAS_DOWNLOAD_DEADLINE unset  # doctest: +SKIP
+        3600.0
+    """
+    text = os.environ.get(DEADLINE_ENV, "").strip()
+    if not text:
+        return DEFAULT_DEADLINE
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"${DEADLINE_ENV}={text!r} must be a positive number of seconds that a whole download may "
+                         "take, e.g. 7200.")
+    return value
+
+
+class DeadlineExceeded(ValueError):
+    """A download that did not finish within its overall deadline (the message names the URL and how to wait
+    longer)."""
+
+
+class TooLarge(ValueError):
+    """A body larger than the caller's byte limit; `url`, `max_bytes` and `size` (stated or received so far)."""
+
+    def __init__(self, url: str, max_bytes: int, size: int):
+        super().__init__(f"{url!r} is larger than the limit of {max_bytes:,} bytes (at least {size:,} bytes)")
+        self.url, self.max_bytes, self.size = url, max_bytes, size
+
+
+def _socket_of(response):
+    return getattr(getattr(getattr(response, "fp", None), "raw", None), "_sock", None)
+
+
+def _open(url: str, method: str = "GET", limits: tuple[float, float] | None = None):
     """A urllib response for an http(s) `url` (proxies and redirects as urllib handles them), connected within the
-    connect timeout, then with the read timeout on every socket read."""
-    connect_timeout, read_timeout = timeouts()
+    connect timeout, then with the read timeout on every socket read. `limits` is (connect, read), default
+    `timeouts()`."""
+    connect_timeout, read_timeout = limits or timeouts()
     request = urllib.request.Request(url, method=method, headers={"User-Agent": "vit-keras"})
-    response = urllib.request.urlopen(request, timeout=connect_timeout)  # noqa: S310 (http/https only)
+    response = urllib.request.urlopen(request, timeout=connect_timeout)  # noqa: S310 (http/https/ftp only)
     # urllib has one timeout for connecting and reading; the connected socket gets the read timeout. (Should the
     # socket not be reachable, the connect timeout keeps bounding every read.)
-    sock = getattr(getattr(getattr(response, "fp", None), "raw", None), "_sock", None)
+    sock = _socket_of(response)
     if sock is not None:
         sock.settimeout(read_timeout)
     return response
@@ -193,9 +263,9 @@ def _open(url: str, method: str = "GET"):
 class _Progress:
     """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
 
-    def __init__(self, name: str, total: int | None):
+    def __init__(self, name: str, total: int | None, show: bool = True):
         self.name, self.total, self.done = name, total, 0
-        self.enabled = sys.stderr.isatty()
+        self.enabled = show and sys.stderr.isatty()
         self.last = 0.0
 
     def update(self, count: int) -> None:
@@ -221,20 +291,54 @@ class _Progress:
             self._draw(end="\n")
 
 
-def _stream(url: str, destination, name: str) -> None:
-    """Copy `url` into `destination` (a file object), with timeouts and a progress bar. An interrupted or stalled
-    transfer raises."""
+def _stream(url: str, destination, name: str, *, max_bytes: int | None = None,
+            limits: tuple[float, float] | None = None, show_progress: bool = True) -> None:
+    """Copy `url` into `destination` (a file object), with timeouts, the overall `deadline()` and a progress bar
+    (on a terminal, when `show_progress`). An interrupted, stalled or overdue transfer raises, as does one beyond
+    `max_bytes` (`TooLarge`)."""
+    connect_timeout, read_timeout = limits or timeouts()
+    allowed = deadline()
+    expires = time.monotonic() + allowed
     scheme = urllib.parse.urlsplit(url).scheme
     if scheme == "file":
         source = open(urllib.request.url2pathname(urllib.parse.urlsplit(url).path), "rb")  # noqa: SIM115
         total = os.fstat(source.fileno()).st_size
     else:
-        source = _open(url)
+        source = _open(url, limits=(min(connect_timeout, allowed), read_timeout))
         length = source.headers.get("Content-Length")
         total = int(length) if length and length.isdigit() else None
-    progress = _Progress(name, total)
+    sock = _socket_of(source)
+    # read1 returns what has arrived (read would wait for a whole chunk), so the deadline is checked as bytes come.
+    read = getattr(source, "read1", source.read)
+    progress = _Progress(name, total, show_progress)
+
+    def overdue():
+        return DeadlineExceeded(
+            f"Downloading {url!r} did not finish within its overall deadline of {allowed:g} s ({progress.done:,} "
+            f"bytes received); nothing was kept. Allow more time with {DEADLINE_ENV}=SECONDS, or try again on a "
+            "faster connection."
+        )
+
     try:
-        while chunk := source.read(CHUNK_BYTES):
+        if max_bytes is not None and total is not None and total > max_bytes:
+            raise TooLarge(url, max_bytes, total)
+        while True:
+            remaining = expires - time.monotonic()
+            if remaining <= 0:
+                raise overdue()
+            wait = min(read_timeout, remaining)
+            if sock is not None:
+                sock.settimeout(wait)
+            try:
+                chunk = read(CHUNK_BYTES)
+            except TimeoutError:
+                if wait < read_timeout:
+                    raise overdue() from None
+                raise
+            if not chunk:
+                break
+            if max_bytes is not None and progress.done + len(chunk) > max_bytes:
+                raise TooLarge(url, max_bytes, progress.done + len(chunk))
             destination.write(chunk)
             progress.update(len(chunk))
     finally:
@@ -244,18 +348,38 @@ def _stream(url: str, destination, name: str) -> None:
         raise ValueError(f"the connection closed after {progress.done} of {total} bytes")
 
 
+def read_url(url: str, *, max_bytes: int, limits: tuple[float, float] | None = None) -> bytes:
+    """The body of `url` (http, https, ftp or file) in memory, with the timeouts (`limits` = (connect, read), default
+    `timeouts()`) and the overall `deadline()` of a download; `TooLarge` beyond `max_bytes`, counted as it
+    streams (a stated Content-Length above it is refused before reading).
+
+    Example:
+        >>> len(read_url("file:///etc/hostname", max_bytes=1000)) > 0  # doctest: +SKIP
+        True
+    """
+    buffer = io.BytesIO()
+    _stream(url, buffer, url, max_bytes=max_bytes, limits=limits, show_progress=False)
+    return buffer.getvalue()
+
+
 def _get_file(url, filename, directory, file_hash, algorithm):
-    """Download `url` to `<directory>/<filename>.incomplete`, check its `algorithm` digest against `file_hash`,
+    """Download `url` to `<its entry>/<filename>.incomplete`, check its `algorithm` digest against `file_hash`,
     then rename it into place; a cached file that already matches is used as it is. Nothing unverified is ever
     left under the final name."""
     import http.client
 
-    target = os.path.join(directory, filename)
+    entry = _entry_directory(directory, url)
+    target = os.path.join(entry, filename)
     if os.path.isfile(target):
         if file_digest(target, algorithm) == file_hash:
             return target
         os.remove(target)  # altered or stale: never loaded, replaced by a verified download
-    os.makedirs(directory, exist_ok=True)
+    legacy = os.path.join(directory, filename)  # where earlier versions cached it, shared by equal file names
+    if algorithm == "sha256" and os.path.isfile(legacy) and file_digest(legacy) == file_hash:
+        os.makedirs(entry, exist_ok=True)
+        os.replace(legacy, target)
+        return target
+    os.makedirs(entry, exist_ok=True)
     partial = target + INCOMPLETE_SUFFIX
     connect_timeout, read_timeout = timeouts()
     try:
@@ -265,6 +389,8 @@ def _get_file(url, filename, directory, file_hash, algorithm):
         if found != file_hash:
             raise _Mismatch(found)
         os.replace(partial, target)
+    except DeadlineExceeded:
+        raise
     except _Mismatch as error:
         raise ValueError(
             f"The download of {url!r} does not match its {algorithm} {file_hash} (got {error}: truncated or "
@@ -280,6 +406,8 @@ def _get_file(url, filename, directory, file_hash, algorithm):
     finally:
         with contextlib.suppress(OSError):
             os.remove(partial)
+        if not os.path.isfile(target):
+            _remove_empty(entry)
     return target
 
 
@@ -295,7 +423,7 @@ def fetch(url: str, *, sha256: str | None = None, cache_dir: str | None = None, 
     """
     if not is_url(url):
         raise ValueError(f"{url!r} is not an http(s):// or file:// URL.")
-    timeouts()  # a malformed $VIT_KERAS_DOWNLOAD_TIMEOUT is reported before anything is fetched
+    timeouts(), deadline()  # a malformed setting is reported before anything is fetched
     directory = cache_directory(cache_dir)
     filename = filename or _filename(url)
     pinned = sha256 or _read_pins(directory).get(url)
@@ -315,6 +443,7 @@ def fetch(url: str, *, sha256: str | None = None, cache_dir: str | None = None, 
     if size is not None and os.path.getsize(path) != size:
         found = os.path.getsize(path)
         os.remove(path)
+        _remove_empty(os.path.dirname(path))
         raise ValueError(f"The download of {url!r} has {found} bytes, the server said {size}; deleted. Try again.")
     digest = file_digest(path)
     _write_pin(directory, url, digest)
