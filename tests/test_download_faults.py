@@ -1,5 +1,6 @@
-"""Downloads that stall or break: bounded by timeouts, never left under their final name, and a progress bar on a
-terminal. Served by a 127.0.0.1 server that sends the headers and part of the body, then stalls or hangs up."""
+"""Downloads that stall, trickle or break: bounded by timeouts and an overall deadline, never left under their final
+name, and a progress bar on a terminal. Served by a 127.0.0.1 server that sends the headers and part of the body,
+then stalls, trickles a byte at a time or hangs up."""
 
 from __future__ import annotations
 
@@ -15,10 +16,18 @@ from vit_keras.weights import download
 
 BODY = os.urandom(200_000)
 STALL_SECONDS = 8  # the server gives up by itself after this, so no test can hang
+TRICKLE_INTERVAL = 0.2  # seconds between the trickling server's bytes: far below any read timeout used here
+
+
+def _files(directory):
+    """Every file under `directory`, as paths relative to it."""
+    return sorted(os.path.relpath(os.path.join(root, name), directory)
+                  for root, _, names in os.walk(directory) for name in names)
 
 
 class _FaultyServer:
-    """Serves BODY at /<mode>/ckpt.bin: mode 'ok', 'stall' (half, then silence) or 'cut' (half, then hang up)."""
+    """Serves BODY at /<mode>/ckpt.bin: mode 'ok', 'stall' (half, then silence), 'cut' (half, then hang up) or
+    'trickle' (half, then a byte every TRICKLE_INTERVAL seconds for STALL_SECONDS)."""
 
     def __init__(self, cache_dir):
         self.seen_during_stall = None
@@ -37,8 +46,16 @@ class _FaultyServer:
                 self.wfile.flush()
                 if mode == "stall":
                     threading.Event().wait(0.5)
-                    server.seen_during_stall = sorted(os.listdir(cache_dir))
+                    server.seen_during_stall = _files(cache_dir)
                     threading.Event().wait(STALL_SECONDS)
+                if mode == "trickle":
+                    for i in range(int(STALL_SECONDS / TRICKLE_INTERVAL)):
+                        try:
+                            self.wfile.write(BODY[len(BODY) // 2 + i : len(BODY) // 2 + i + 1])
+                            self.wfile.flush()
+                        except OSError:  # the client gave up
+                            return
+                        threading.Event().wait(TRICKLE_INTERVAL)
                 self.close_connection = True
 
             def log_message(self, *args):
@@ -76,7 +93,8 @@ def test_a_server_that_stalls_after_the_headers_times_out(cache, server, monkeyp
                                          rf"kept.*{download.TIMEOUT_ENV}"):
         download.fetch(server.url("stall"), sha256=SHA256)
     # While it stalled, the partial file had its .incomplete name, never the final one; now nothing is left.
-    assert server.seen_during_stall == ["ckpt.bin.incomplete"]
+    partial = os.path.relpath(download.cached_path(server.url("stall")), cache) + download.INCOMPLETE_SUFFIX
+    assert server.seen_during_stall == [partial]
     assert os.listdir(cache) == []
 
 
@@ -88,8 +106,8 @@ def test_a_connection_cut_short_keeps_nothing(cache, server):
 
 def test_a_verified_download_is_renamed_into_place(cache, server):
     path = download.fetch(server.url("ok"), sha256=SHA256)
-    assert path == str(cache / "ckpt.bin") and open(path, "rb").read() == BODY
-    assert os.listdir(cache) == ["ckpt.bin"]
+    assert path == download.cached_path(server.url("ok")) and open(path, "rb").read() == BODY
+    assert _files(cache) == [os.path.relpath(path, cache)] and os.path.basename(path) == "ckpt.bin"
     # A cached file altered afterwards is never used: it is replaced by a verified download.
     open(path, "wb").write(b"altered")
     assert open(download.fetch(server.url("ok"), sha256=SHA256), "rb").read() == BODY
@@ -111,7 +129,7 @@ def test_progress_bar_only_on_a_terminal(cache, server, monkeypatch):
     download.fetch(server.url("ok"), sha256=SHA256)
     assert "Downloading ckpt.bin [" in terminal.getvalue() and "0.2/0.2 MB 100%" in terminal.getvalue()
 
-    os.remove(cache / "ckpt.bin")
+    os.remove(download.cached_path(server.url("ok")))
     piped = io.StringIO()
     monkeypatch.setattr(download.sys, "stderr", piped)
     download.fetch(server.url("ok"), sha256=SHA256)
@@ -129,4 +147,32 @@ def test_timeouts_come_from_the_environment(monkeypatch, value, expected):
 def test_malformed_timeout_setting_is_refused_before_downloading(cache, monkeypatch, value):
     monkeypatch.setenv(download.TIMEOUT_ENV, value)
     with pytest.raises(ValueError, match=rf"\${download.TIMEOUT_ENV}=.*must be positive seconds"):
+        download.fetch("http://127.0.0.1:9/never.bin", sha256=SHA256)
+
+
+@pytest.mark.parametrize("mode", ["trickle", "stall"])
+def test_overall_deadline_ends_a_trickling_or_silent_download(cache, server, monkeypatch, mode):
+    """A byte every 0.2 s never trips a 30 s read timeout; the 1 s deadline ends the download all the same, and a
+    silent server is abandoned at the deadline rather than at the read timeout."""
+    monkeypatch.setenv(download.TIMEOUT_ENV, "30,30")
+    monkeypatch.setenv(download.DEADLINE_ENV, "1")
+    with pytest.raises(download.DeadlineExceeded) as caught:
+        download.fetch(server.url(mode), sha256=SHA256)
+    message = str(caught.value)
+    assert server.url(mode) in message and f"{download.DEADLINE_ENV}=SECONDS" in message
+    received = int(message.split("s (")[1].split(" bytes received")[0].replace(",", ""))
+    assert "overall deadline of 1 s" in message and len(BODY) // 2 <= received < len(BODY)
+    assert os.listdir(cache) == []  # neither the partial file nor its (empty) cache entry is kept
+
+
+@pytest.mark.parametrize("value, expected", [("", download.DEFAULT_DEADLINE), ("7200", 7200.0), ("0.5", 0.5)])
+def test_deadline_comes_from_the_environment(monkeypatch, value, expected):
+    monkeypatch.setenv(download.DEADLINE_ENV, value)
+    assert download.deadline() == expected
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "inf", "nan", "1,2"])
+def test_malformed_deadline_is_refused_before_downloading(cache, monkeypatch, value):
+    monkeypatch.setenv(download.DEADLINE_ENV, value)
+    with pytest.raises(ValueError, match=rf"\${download.DEADLINE_ENV}=.*must be a positive number of seconds"):
         download.fetch("http://127.0.0.1:9/never.bin", sha256=SHA256)

@@ -52,7 +52,8 @@ def _expected_logits_ok(model):
 
 
 def _cached_files(cache):
-    return sorted(p for p in os.listdir(cache) if p != download.PINS_FILE) if os.path.isdir(cache) else []
+    """The names of the files cached (each in its URL's entry), without the pin file."""
+    return sorted(name for root, _, names in os.walk(cache) for name in names if name != download.PINS_FILE)
 
 
 class _Server:
@@ -137,8 +138,8 @@ def test_registered_name_downloads_verifies_and_loads(cache, checkpoint, monkeyp
     model = vit_keras.ViT(**ARCH, weights="X/8:tiny")
     assert _expected_logits_ok(model)
     # A cached file that was altered afterwards is noticed and replaced by a verified download.
-    cached = cache / entry.filename
-    cached.write_bytes(b"corrupted")
+    cached = download.cached_path(entry.url, filename=entry.filename)
+    open(cached, "wb").write(b"corrupted")
     model = vit_keras.ViT(**ARCH, weights="X/8:tiny")
     assert _expected_logits_ok(model)
     assert _sha256(cached) == entry.sha256
@@ -153,7 +154,7 @@ def test_http_server_md5_verified_then_sha256_pinned(cache, checkpoint, server):
         assert json.load(f) == {url: hashlib.sha256(body).hexdigest()}
 
     # The pin now rules: a different object at the same address (with a matching md5) is refused and removed.
-    os.remove(cache / "ckpt.npz")
+    os.remove(download.cached_path(url))
     altered = body.replace(b"Transformer", b"Transformex", 1)
     server.add("/vit_models/ckpt.npz", altered)
     with pytest.raises(ValueError, match="does not match its sha256"):
@@ -235,7 +236,7 @@ def test_convert_a_registered_name_from_a_file_url(cache, checkpoint, monkeypatc
     assert _cached_files(cache) == [entry.filename]
 
     # A wrong pin in the registry is refused and leaves nothing behind.
-    os.remove(cache / entry.filename)
+    os.remove(download.cached_path(entry.url, filename=entry.filename))
     monkeypatch.setitem(registry.REGISTRY, entry.key, registry.WeightsEntry(
         "X/8", "tiny", checkpoint.as_uri(), 64, 7, sha256="0" * 64))
     assert cli_main(["convert", "X/8:tiny", str(tmp_path / "again.keras")]) == 2
@@ -270,3 +271,51 @@ def test_downloaded_keras_weights_that_do_not_fit_stay_cached(cache, tmp_path, s
         vit_keras.ViT(**ARCH, weights=url)
     assert _cached_files(cache) == ["other.weights.h5"]
     assert list(json.load(open(cache / download.PINS_FILE))) == [url]
+
+
+# --- one cache entry per URL ----------------------------------------------------------------------------------
+
+
+def test_urls_with_the_same_file_name_keep_their_own_cache_entries(cache, server):
+    """/a/ckpt.bin and /b/ckpt.bin share a file name, not a cache entry: a failed download of one (interrupted, or
+    not matching its pin) leaves the other's verified file intact, and each call returns its own content."""
+    body_a, body_b = b"A" * 50_000, b"B" * 60_000
+    sha_a, sha_b = hashlib.sha256(body_a).hexdigest(), hashlib.sha256(body_b).hexdigest()
+    url_a = server.add("/a/ckpt.bin", body_a)
+    url_b = server.add("/b/ckpt.bin", body_b, mode="interrupt")
+    path_a = download.fetch(url_a, sha256=sha_a)
+    for bad_pin in (sha_b, "0" * 64):
+        with pytest.raises(ValueError, match=r"/b/ckpt.bin' failed|does not match"):
+            download.fetch(url_b, sha256=bad_pin)
+        assert open(path_a, "rb").read() == body_a and _cached_files(cache) == ["ckpt.bin"]
+    server.add("/b/ckpt.bin", body_b)
+    path_b = download.fetch(url_b, sha256=sha_b)
+    assert path_b != path_a and os.path.basename(path_b) == os.path.basename(path_a) == "ckpt.bin"
+    assert open(download.fetch(url_a, sha256=sha_a), "rb").read() == body_a
+    assert open(download.fetch(url_b, sha256=sha_b), "rb").read() == body_b
+    assert _cached_files(cache) == ["ckpt.bin", "ckpt.bin"]
+    download.forget(url_b)  # removes B's file and its entry, not A's
+    assert _cached_files(cache) == ["ckpt.bin"] and sorted(os.listdir(cache)) == [
+        os.path.basename(os.path.dirname(path_a))]
+
+
+def test_a_file_cached_under_the_old_shared_name_is_reused_only_when_it_matches_the_pin(cache, tmp_path):
+    """Earlier versions cached `<cache>/vit_keras/<file name>`. A pinned download takes that file over (moved into
+    its URL's entry, nothing fetched) when its sha256 matches; otherwise the file is left alone, for the URL
+    it belongs to, and the download goes ahead."""
+    served = tmp_path / "served" / "model.npz"
+    served.parent.mkdir()
+    served.write_bytes(b"the served checkpoint")
+    legacy = cache / "model.npz"
+    cache.mkdir(parents=True)
+    legacy.write_bytes(b"another URL's checkpoint")
+    path = download.fetch(served.as_uri(), sha256=_sha256(served))
+    assert open(path, "rb").read() == b"the served checkpoint"
+    assert legacy.read_bytes() == b"another URL's checkpoint"  # not deleted: it may be another URL's file
+
+    legacy.write_bytes(b"the served checkpoint")
+    os.remove(path)
+    missing = (tmp_path / "gone" / "model.npz").as_uri()  # reading this URL would fail: the legacy file is used
+    reused = download.fetch(missing, sha256=_sha256(served))
+    assert reused == download.cached_path(missing) and open(reused, "rb").read() == b"the served checkpoint"
+    assert not legacy.exists()
