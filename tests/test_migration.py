@@ -6,6 +6,7 @@ NumPy transcriptions of 0.2.0's documented behaviour (class-token output without
 write tiny Google-format checkpoints and register them under 0.2.0's names with file:// URLs.
 """
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -24,6 +25,7 @@ import tensorflow as tf
 
 import vit_keras
 from tests.conftest import TINY
+from tests.image_bombs import bomb_png
 from tests.reference_numpy import interpolate_posembed, params_from_model, randomize_weights, vit_forward
 from vit_keras import inspection, migration, utils, visualize, vit
 from vit_keras.weights import registry
@@ -350,8 +352,12 @@ def test_read_errors_name_the_problem(tmp_path, picture):
         quiet(utils.read, str(tmp_path / "missing.png"), 8)
     garbage = tmp_path / "garbage.png"
     garbage.write_bytes(b"not an image")
-    with pytest.raises(ValueError, match="Cannot decode .*garbage.png.* as an image"):
+    with pytest.raises(ValueError, match="garbage.png' is a text file; accepted image formats: JPEG, PNG, GIF, BMP"):
         quiet(utils.read, garbage, 8)
+    truncated = tmp_path / "truncated.png"
+    truncated.write_bytes(picture[0].read_bytes()[:200])
+    with pytest.raises(ValueError, match="Cannot decode .*truncated.png.* as an image"):
+        quiet(utils.read, truncated, 8)
     with pytest.raises(ValueError, match="`size` must be a positive int"):
         quiet(utils.read, picture[0], 0)
     with open(picture[0], encoding="latin-1") as text:
@@ -359,6 +365,91 @@ def test_read_errors_name_the_problem(tmp_path, picture):
             quiet(utils.read, text, 8)
     with pytest.raises(ValueError, match="Cannot read an image from int"):
         quiet(utils.read, 3, 8)
+
+
+@contextlib.contextmanager
+def serving(body, mode="length"):
+    """The URL of `body` on a 127.0.0.1 server: sent with a Content-Length ('length'), without one, until the
+    connection closes ('no_length'), or a byte every 0.2 s for at most 6 s ('trickle')."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            if mode != "no_length":
+                self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if mode != "trickle":
+                self.wfile.write(body)
+                return
+            for i in range(30):
+                try:
+                    self.wfile.write(body[i : i + 1])
+                    self.wfile.flush()
+                except OSError:  # the client gave up
+                    return
+                threading.Event().wait(0.2)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/image.png"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_read_refuses_a_decompression_bomb_from_every_source(tmp_path, picture, monkeypatch):
+    """A 20000x20000 PNG of ~50 KB (1.2 GB decoded) is refused from its header, whatever it comes from."""
+    bomb = bomb_png(20000, 20000)
+    path = tmp_path / "bomb.png"
+    path.write_bytes(bomb)
+    refused = r"is a 20000x20000 PNG \(400,000,000 pixels\), above the limit of 89,478,485 pixels .*" + (
+        "VIT_KERAS_MAX_IMAGE_PIXELS=400000000")
+    with pytest.raises(ValueError, match="bomb.png' " + refused):
+        quiet(utils.read, str(path), 8)
+    with pytest.raises(ValueError, match="the BytesIO contents " + refused):
+        quiet(utils.read, io.BytesIO(bomb), 8)
+    with serving(bomb) as url:
+        with pytest.raises(ValueError, match=f"the image at '{url}' " + refused):
+            quiet(utils.read, url, 8, timeout=10)
+    # PIL reads the header when it opens a file and decodes on convert(): the size is checked in between.
+    picture_path, pixels = picture
+    monkeypatch.setenv("VIT_KERAS_MAX_IMAGE_PIXELS", "1000")
+    with pytest.raises(ValueError, match=r"the PIL image is a 53x37 PNG \(1,961 pixels\), above the limit of 1,000"):
+        quiet(utils.read, PIL.Image.open(picture_path), 8)
+    monkeypatch.delenv("VIT_KERAS_MAX_IMAGE_PIXELS")
+    with pytest.raises(ValueError, match=r"53x37 PNG \(1,961 pixels\), above the limit of 1,960"):
+        quiet(utils.read, io.BytesIO(picture_path.read_bytes()), 8, max_pixels=53 * 37 - 1)
+    assert quiet(utils.read, picture_path, (37, 53), max_pixels=53 * 37).tolist() == pixels.tolist()
+
+
+@pytest.mark.parametrize("mode", ["length", "no_length"])
+def test_read_caps_the_bytes_of_a_url(picture, monkeypatch, mode):
+    """A stated Content-Length above the limit is refused before reading; without one, the bytes are counted as
+    they arrive. The limit comes from VIT_KERAS_MAX_IMAGE_BYTES."""
+    body = picture[0].read_bytes()
+    monkeypatch.setenv("VIT_KERAS_MAX_IMAGE_BYTES", "1000")
+    with serving(body, mode) as url:
+        with pytest.raises(ValueError) as caught:
+            quiet(utils.read, url, 8, timeout=10)
+        message = str(caught.value)
+        assert message.startswith(f"The image at '{url}' is larger than the limit of 1,000 bytes")
+        assert "raise the limit with VIT_KERAS_MAX_IMAGE_BYTES=BYTES" in message
+        monkeypatch.setenv("VIT_KERAS_MAX_IMAGE_BYTES", str(len(body)))
+        np.testing.assert_array_equal(quiet(utils.read, url, (37, 53), timeout=10), picture[1])
+
+
+def test_read_of_a_trickling_url_ends_at_the_download_deadline(picture, monkeypatch):
+    """A byte every 0.2 s never trips the 10 s timeout between bytes; the overall deadline (1 s here) ends it."""
+    monkeypatch.setenv("VIT_KERAS_DOWNLOAD_DEADLINE", "1")
+    with serving(picture[0].read_bytes(), "trickle") as url:
+        with pytest.raises(ValueError, match=rf"Downloading '{url}' did not finish within its overall deadline of 1 s "
+                                             r"\([1-9]\d* bytes received\).*VIT_KERAS_DOWNLOAD_DEADLINE=SECONDS"):
+            quiet(utils.read, url, 8, timeout=10)
 
 
 def test_get_imagenet_classes():
