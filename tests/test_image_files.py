@@ -3,6 +3,7 @@ formats accepted, and a pixel limit read from the header guards against decompre
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 
@@ -125,3 +126,61 @@ def test_read_image_matches_tensorflow_decoding(tmp_path):
     Image.fromarray(PIXELS).save(path)
     expected = tf.image.resize(tf.cast(PIXELS, tf.float32), (24, 20)).numpy()
     np.testing.assert_array_equal(images.read_image(str(path), (24, 20)), expected)
+
+
+def _encoded(kind, pixels=PIXELS):
+    if kind == "JPEG":
+        return _jpeg_bytes()
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, kind)
+    return buffer.getvalue()
+
+
+def _gif_with_a_small_screen():
+    """A GIF whose logical screen says 1x1 but whose one frame is 40x48: TF decodes it to the frame's size."""
+    data = bytearray(_encoded("GIF"))
+    data[6:10] = struct.pack("<HH", 1, 1)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("kind", ["JPEG", "PNG", "GIF", "BMP"])
+def test_encoded_bytes_are_checked_like_files(tmp_path, kind):
+    data = _encoded(kind)
+    path = tmp_path / f"a.{kind.lower()}"
+    path.write_bytes(data)
+    assert images.encoded_image_header(data) == images.image_header(str(path)) == (kind, (40, 48))
+    assert images.check_image_bytes(data, "the upload", max_pixels=40 * 48) == (kind, (40, 48))
+    with pytest.raises(ValueError, match=rf"^the upload is a 40x48 {kind} \(1,920 pixels\), above the limit of "
+                                         r"1,919 pixels .*VIT_KERAS_MAX_IMAGE_PIXELS=1920"):
+        images.check_image_bytes(data, "the upload", max_pixels=40 * 48 - 1)
+    with pytest.raises(ValueError, match=r"^the upload is a text file; " + ACCEPTED):
+        images.check_image_bytes(b"plain words", "the upload")
+
+
+def test_gif_frames_count_against_the_limit_not_just_its_screen(tmp_path):
+    """TF sizes a GIF by its frames' descriptors: a 1x1 screen over a 40x48 frame decodes to 40x48, and every
+    frame of an animation is decoded. Both are counted."""
+    small_screen = _gif_with_a_small_screen()
+    assert tf.io.decode_image(small_screen, channels=3, expand_animations=False).shape == (48, 40, 3)
+    assert images.encoded_image_header(small_screen) == ("GIF", (40, 48))
+    with pytest.raises(ValueError, match=r"is a 40x48 GIF \(1,920 pixels\), above the limit of 1,919"):
+        images.check_image_bytes(small_screen, "the upload", max_pixels=1919)
+    path = tmp_path / "animation.gif"
+    frames = [Image.fromarray(PIXELS), Image.fromarray(255 - PIXELS)]
+    frames[0].save(path, save_all=True, append_images=frames[1:])
+    assert tf.io.decode_image(path.read_bytes(), channels=3).shape == (2, 48, 40, 3)
+    assert images.check_image_file(path, max_pixels=2 * 1920) == ("GIF", (40, 48))
+    with pytest.raises(ValueError, match=r"animation.gif' is a 40x48 GIF \(3,840 pixels in all its frames\), above "
+                                         r"the limit of 3,839 .*VIT_KERAS_MAX_IMAGE_PIXELS=3840"):
+        images.read_image(path, (8, 8), max_pixels=2 * 1920 - 1)
+
+
+def test_url_byte_limit_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv(images.MAX_BYTES_ENV, raising=False)
+    assert images.max_image_bytes() == images.DEFAULT_MAX_IMAGE_BYTES
+    monkeypatch.setenv(images.MAX_BYTES_ENV, "5000")
+    assert images.max_image_bytes() == 5000
+    for value in ("lots", "0", "-3", "1e6"):
+        monkeypatch.setenv(images.MAX_BYTES_ENV, value)
+        with pytest.raises(ValueError, match=rf"\${images.MAX_BYTES_ENV}='.*' must be a positive whole number"):
+            images.max_image_bytes()
