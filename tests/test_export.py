@@ -7,6 +7,7 @@ digits (upscaled to 32 px) and exported once per format; the tests share those e
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import subprocess
@@ -15,10 +16,12 @@ import textwrap
 
 import keras
 import numpy as np
+import PIL.Image
 import pytest
 import tensorflow as tf
 
-from vit_keras import ViT, export
+from tests.image_bombs import bomb_png
+from vit_keras import ViT, export, images
 from vit_keras.demo import load_digits_rgb
 
 IMAGE_SIZE = 32
@@ -135,6 +138,98 @@ def test_serve_bytes_decodes_png_and_jpeg_in_graph(trained, loaded, digits):
     expected = _keras_probabilities(trained, tf.image.resize(decoded, (IMAGE_SIZE, IMAGE_SIZE)).numpy())
     got = loaded.signatures["serve_bytes"](image_bytes=tf.constant(jpeg))["probabilities"].numpy()
     np.testing.assert_allclose(got, expected, atol=SAVED_MODEL_TOL, rtol=0)
+
+
+def test_serve_bytes_refuses_a_decompression_bomb_before_decoding(serving_dir, tmp_path):
+    """A 20000x20000 single-colour PNG (~50 KB) sent to serve_bytes fails the request from its header, in plain
+    TensorFlow (as TF Serving runs it), without the memory its decoding takes."""
+    (tmp_path / "bomb.png").write_bytes(bomb_png(20000, 20000))
+    (tmp_path / "ok.png").write_bytes(tf.io.encode_png(np.zeros((IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)).numpy())
+    script = textwrap.dedent(
+        f"""
+        import resource
+        import tensorflow as tf
+        serve = tf.saved_model.load({str(serving_dir)!r}).signatures["serve_bytes"]
+        ok, bomb = open("ok.png", "rb").read(), open("bomb.png", "rb").read()
+        serve(image_bytes=tf.constant([ok]))  # everything a request needs is loaded and allocated once
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        try:
+            serve(image_bytes=tf.constant([ok, bomb]))
+            print("decoded")
+        except tf.errors.InvalidArgumentError as error:
+            print("refused:", error.message)
+        print("peak growth KiB:", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "refused:" in result.stdout, result.stdout
+    assert "image of 20000x20000 pixels exceeds the serving limit of 89478485 pixels" in result.stdout
+    growth_mib = int(result.stdout.split("peak growth KiB:")[1]) / 1024
+    # Decoding would hold 1,200 MiB of uint8 pixels (then 4,800 MiB as float32); the refused request holds only its
+    # inputs, so 300 MiB leaves ample margin for TensorFlow's own allocations while staying far below a decode.
+    assert growth_mib < 300, result.stdout
+
+
+def _pixels_of(height, width):
+    return np.random.default_rng(height * width).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def _encode(kind, pixels):
+    if kind == "JPEG":
+        return tf.io.encode_jpeg(pixels).numpy()
+    buffer = io.BytesIO()
+    PIL.Image.fromarray(pixels).save(buffer, kind)
+    return buffer.getvalue()
+
+
+def test_serve_bytes_reads_every_format_header_in_graph():
+    """The in-graph header reader agrees with vit_keras.images on every accepted format: an image at the limit is
+    decoded, one pixel over is refused, another format is refused by name."""
+    from vit_keras.export.signatures import decode_images
+
+    def serve(data, limit):
+        function = tf.function(lambda x: decode_images(x, (8, 8), limit),
+                               input_signature=[tf.TensorSpec((None,), tf.string)], autograph=False)
+        return function(tf.constant([data]))
+
+    small_screen = bytearray(_encode("GIF", _pixels_of(48, 40)))
+    small_screen[6:10] = b"\x01\x00\x01\x00"  # a 1x1 logical screen: TF decodes the 40x48 frame regardless
+    animation = io.BytesIO()
+    PIL.Image.fromarray(_pixels_of(48, 40)).save(animation, "GIF", save_all=True,
+                                                 append_images=[PIL.Image.fromarray(255 - _pixels_of(48, 40))])
+    cases = {kind: _encode(kind, _pixels_of(48, 40)) for kind in ("JPEG", "PNG", "GIF", "BMP")}
+    cases.update({"GIF, small screen": bytes(small_screen), "GIF, two frames": animation.getvalue()})
+    for name, data in cases.items():
+        kind, (width, height) = images.check_image_bytes(data, name)
+        pixels = 2 * width * height if name == "GIF, two frames" else width * height
+        assert serve(data, pixels).shape == (1, 8, 8, 3), name
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=rf"image of {width}x{height} pixels exceeds the serving limit of {pixels - 1} pixels "
+                                 rf"\({pixels} pixels to decode"):
+            serve(data, pixels - 1)
+    webp = io.BytesIO()
+    PIL.Image.fromarray(_pixels_of(48, 40)).save(webp, "WEBP")
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="image_bytes must hold encoded JPEG, PNG, GIF, BMP images; this one is in another format"):
+        serve(webp.getvalue(), 10**8)
+
+
+def test_serve_bytes_pixel_limit_is_fixed_at_export(trained, tmp_path, monkeypatch):
+    """The limit is stored in the SavedModel when it is exported (here from VIT_KERAS_MAX_IMAGE_PIXELS): changing
+    the variable afterwards changes nothing."""
+    with pytest.raises(ValueError, match="`max_image_pixels` must be a positive int"):
+        export.saved_model(trained, tmp_path / "refused", max_image_pixels=0)
+    monkeypatch.setenv(images.MAX_PIXELS_ENV, str(31 * 33))
+    path = export.saved_model(trained, tmp_path / "limited")
+    monkeypatch.delenv(images.MAX_PIXELS_ENV)
+    serve = tf.saved_model.load(path).signatures["serve_bytes"]
+    assert serve(image_bytes=tf.constant([_encode("PNG", _pixels_of(31, 33))]))["probabilities"].shape == (1, 10)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="image of 32x32 pixels exceeds the serving limit of 1023"):
+        serve(image_bytes=tf.constant([_encode("PNG", _pixels_of(32, 32))]))
 
 
 def test_saved_model_cli_show_all_lists_signatures(serving_dir):

@@ -442,8 +442,8 @@ def check_encoded_image(data, max_pixels: int):
     code, width, height, pixels = encoded_image_size(data)
     known = tf.debugging.Assert(
         code >= 0,
-        [f"'{BYTES_INPUT}' must hold encoded {', '.join(ACCEPTED_FORMATS)} images; this one starts with bytes:",
-         tf.strings.substr(data, 0, 12)],
+        [f"{BYTES_INPUT} must hold encoded {', '.join(ACCEPTED_FORMATS)} images; this one is in another format "
+         "(e.g. WebP or TIFF), truncated, or not an image. Convert it (e.g. to PNG or JPEG) before sending."],
     )
     with tf.control_dependencies([known]):
         message = tf.strings.format(
