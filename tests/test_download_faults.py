@@ -26,16 +26,22 @@ def _files(directory):
 
 
 class _FaultyServer:
-    """Serves BODY at /<mode>/ckpt.bin: mode 'ok', 'stall' (half, then silence), 'cut' (half, then hang up) or
-    'trickle' (half, then a byte every TRICKLE_INTERVAL seconds for STALL_SECONDS)."""
+    """Serves BODY at /<mode>/ckpt.bin: mode 'ok', 'stall' (half, then silence), 'cut' (half, then hang up),
+    'trickle' (half, then a byte every TRICKLE_INTERVAL seconds for STALL_SECONDS) or 'slow_headers' (the status
+    line, then a header a byte every TRICKLE_INTERVAL seconds for STALL_SECONDS)."""
 
     def __init__(self, cache_dir):
         self.seen_during_stall = None
+        self.trickled = 0  # bytes trickled so far
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
                 mode = self.path.split("/")[1]
+                if mode == "slow_headers":
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Padding: ")
+                    self._trickle(b"x" * int(STALL_SECONDS / TRICKLE_INTERVAL))
+                    return
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(BODY)))
                 self.end_headers()
@@ -49,14 +55,18 @@ class _FaultyServer:
                     server.seen_during_stall = _files(cache_dir)
                     threading.Event().wait(STALL_SECONDS)
                 if mode == "trickle":
-                    for i in range(int(STALL_SECONDS / TRICKLE_INTERVAL)):
-                        try:
-                            self.wfile.write(BODY[len(BODY) // 2 + i : len(BODY) // 2 + i + 1])
-                            self.wfile.flush()
-                        except OSError:  # the client gave up
-                            return
-                        threading.Event().wait(TRICKLE_INTERVAL)
+                    self._trickle(BODY[len(BODY) // 2 :][: int(STALL_SECONDS / TRICKLE_INTERVAL)])
                 self.close_connection = True
+
+            def _trickle(self, data):
+                for i in range(len(data)):
+                    try:
+                        self.wfile.write(data[i : i + 1])
+                        self.wfile.flush()
+                    except OSError:  # the client gave up
+                        return
+                    server.trickled = i + 1
+                    threading.Event().wait(TRICKLE_INTERVAL)
 
             def log_message(self, *args):
                 pass
@@ -150,10 +160,10 @@ def test_malformed_timeout_setting_is_refused_before_downloading(cache, monkeypa
         download.fetch("http://127.0.0.1:9/never.bin", sha256=SHA256)
 
 
-@pytest.mark.parametrize("mode", ["trickle", "stall"])
+@pytest.mark.parametrize("mode", ["trickle", "stall", "slow_headers"])
 def test_overall_deadline_ends_a_trickling_or_silent_download(cache, server, monkeypatch, mode):
-    """A byte every 0.2 s never trips a 30 s read timeout; the 1 s deadline ends the download all the same, and a
-    silent server is abandoned at the deadline rather than at the read timeout."""
+    """A byte every 0.2 s, of the body or of the headers, never trips a 30 s timeout; the 1 s deadline ends the
+    download all the same, and a silent server is abandoned at the deadline rather than at the read timeout."""
     monkeypatch.setenv(download.TIMEOUT_ENV, "30,30")
     monkeypatch.setenv(download.DEADLINE_ENV, "1")
     with pytest.raises(download.DeadlineExceeded) as caught:
@@ -161,7 +171,10 @@ def test_overall_deadline_ends_a_trickling_or_silent_download(cache, server, mon
     message = str(caught.value)
     assert server.url(mode) in message and f"{download.DEADLINE_ENV}=SECONDS" in message
     received = int(message.split("s (")[1].split(" bytes received")[0].replace(",", ""))
-    assert "overall deadline of 1 s" in message and len(BODY) // 2 <= received < len(BODY)
+    assert "overall deadline of 1 s" in message
+    assert received == 0 if mode == "slow_headers" else len(BODY) // 2 <= received < len(BODY)
+    # The call ended while the server was still trickling (it stops after STALL_SECONDS / TRICKLE_INTERVAL bytes).
+    assert mode == "stall" or server.trickled < STALL_SECONDS / TRICKLE_INTERVAL
     assert os.listdir(cache) == []  # neither the partial file nor its (empty) cache entry is kept
 
 

@@ -14,7 +14,8 @@
   stalled, overdue or mismatching download is deleted, never loaded or left in the cache.
 - Connect and read timeouts (30 s and 120 s without a byte by default) bound every request; set
   `VIT_KERAS_DOWNLOAD_TIMEOUT` to `SECONDS` or `CONNECT,READ` to change them. An overall deadline (1 hour by
-  default) bounds the whole transfer, so a server that trickles bytes cannot hold a call forever; set
+  default) bounds the whole transfer, headers included, so a server that trickles bytes cannot hold a call
+  forever; set
   `VIT_KERAS_DOWNLOAD_DEADLINE` to `SECONDS` to change it.
 - A progress bar is drawn on stderr when it is a terminal.
 
@@ -34,6 +35,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -165,7 +167,10 @@ def server_md5(url: str) -> tuple[str | None, int | None]:
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         return None, None
     try:
-        response = _open(url, method="HEAD")
+        allowed = deadline()
+        response = _open_before(time.monotonic() + allowed, url, allowed, method="HEAD")
+    except DeadlineExceeded:
+        raise
     except (OSError, ValueError) as error:
         raise ValueError(f"Cannot reach {url!r} ({error}); check the address and your connection, or set "
                          f"{TIMEOUT_ENV} to wait longer.") from error
@@ -291,6 +296,47 @@ class _Progress:
             self._draw(end="\n")
 
 
+def _overdue(url: str, allowed: float, received: int) -> DeadlineExceeded:
+    return DeadlineExceeded(
+        f"Downloading {url!r} did not finish within its overall deadline of {allowed:g} s ({received:,} bytes "
+        f"received); nothing was kept. Allow more time with {DEADLINE_ENV}=SECONDS, or try again on a faster "
+        "connection."
+    )
+
+
+def _open_before(expires: float, url: str, allowed: float, limits: tuple[float, float] | None = None,
+                 method: str = "GET"):
+    """`_open(url)`, abandoned with `DeadlineExceeded` when the response has not begun by `expires` (a
+    `time.monotonic()`): a server that trickles its headers is bounded by the deadline too, not only by the
+    timeouts of each socket operation. The request runs on a daemon thread that closes a response come too late."""
+    lock, arrived = threading.Lock(), threading.Event()
+    outcome: dict = {}
+
+    def request():
+        try:
+            result = ("response", _open(url, method, limits))
+        except Exception as error:  # handed to the caller below
+            result = ("error", error)
+        with lock:
+            if outcome.get("abandoned"):
+                if result[0] == "response":
+                    result[1].close()
+                return
+            outcome["result"] = result
+        arrived.set()
+
+    threading.Thread(target=request, name=f"vit_keras download {url}", daemon=True).start()
+    if not arrived.wait(max(expires - time.monotonic(), 0.0)):
+        with lock:
+            if "result" not in outcome:
+                outcome["abandoned"] = True
+                raise _overdue(url, allowed, 0)
+    kind, value = outcome["result"]
+    if kind == "error":
+        raise value
+    return value
+
+
 def _stream(url: str, destination, name: str, *, max_bytes: int | None = None,
             limits: tuple[float, float] | None = None, show_progress: bool = True) -> None:
     """Copy `url` into `destination` (a file object), with timeouts, the overall `deadline()` and a progress bar
@@ -304,7 +350,7 @@ def _stream(url: str, destination, name: str, *, max_bytes: int | None = None,
         source = open(urllib.request.url2pathname(urllib.parse.urlsplit(url).path), "rb")  # noqa: SIM115
         total = os.fstat(source.fileno()).st_size
     else:
-        source = _open(url, limits=(min(connect_timeout, allowed), read_timeout))
+        source = _open_before(expires, url, allowed, limits=(min(connect_timeout, allowed), read_timeout))
         length = source.headers.get("Content-Length")
         total = int(length) if length and length.isdigit() else None
     sock = _socket_of(source)
@@ -313,11 +359,7 @@ def _stream(url: str, destination, name: str, *, max_bytes: int | None = None,
     progress = _Progress(name, total, show_progress)
 
     def overdue():
-        return DeadlineExceeded(
-            f"Downloading {url!r} did not finish within its overall deadline of {allowed:g} s ({progress.done:,} "
-            f"bytes received); nothing was kept. Allow more time with {DEADLINE_ENV}=SECONDS, or try again on a "
-            "faster connection."
-        )
+        return _overdue(url, allowed, progress.done)
 
     try:
         if max_bytes is not None and total is not None and total > max_bytes:
