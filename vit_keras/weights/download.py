@@ -15,8 +15,7 @@
 - Connect and read timeouts (30 s and 120 s without a byte by default) bound every request; set
   `VIT_KERAS_DOWNLOAD_TIMEOUT` to `SECONDS` or `CONNECT,READ` to change them. An overall deadline (1 hour by
   default) bounds the whole transfer, headers included, so a server that trickles bytes cannot hold a call
-  forever; set
-  `VIT_KERAS_DOWNLOAD_DEADLINE` to `SECONDS` to change it.
+  forever; set `VIT_KERAS_DOWNLOAD_DEADLINE` to `SECONDS` to change it.
 - A progress bar is drawn on stderr when it is a terminal.
 
 `file://` and `http://` URLs work the same way (handy for mirrors and tests).
