@@ -143,6 +143,10 @@ class Rule:
     def per_block(self) -> bool:
         return "{i}" in self.source
 
+    @property
+    def placeholders(self) -> bool:
+        return "{" in self.source
+
     def params(self) -> dict[str, str]:
         """role ("weight"/"bias") -> the module's parameter name."""
         out = {"weight": self.transform.weight}
@@ -240,8 +244,11 @@ def apply_table(table: Table, tensors: Mapping[str, np.ndarray], *, num_heads: i
         if rule.per_block:
             expected = [(("i", str(b)),) for b in blocks] if rule.required or instances else []
             why_absent = "every block has one" if rule.required else "the other blocks have it"
+        elif instances or rule.placeholders:
+            expected = instances  # e.g. one rule per ResNet unit: each unit it matches must be whole
+            why_absent = ""
         else:
-            expected = [()] if rule.required or instances or rule.part in parts_present else []
+            expected = [()] if rule.required or rule.part in parts_present else []
             why_absent = (f"every {table.family} model has it" if rule.required else
                           f"the rest of its {rule.part} is there")
         bias_wanted, why_bias = _bias_wanted(rule, instances, found, index, switches, table.family)
@@ -311,7 +318,7 @@ def source_name(tensors, source: str | None) -> str:
 def _bias_wanted(rule, instances, found, index, switches, family):
     """Whether every instance of `rule` must have its bias, and why (for the message)."""
     if rule.bias is True:
-        return True, f"every {family} {rule.source.rsplit('.', 1)[-1]} has one"
+        return True, f"every {family} {rule.source.replace('/', '.').rsplit('.', 1)[-1]} has one"
     if switches is not None and rule.bias in switches:
         value = bool(switches[rule.bias])
         return value, f"the config says {rule.bias}={value}"
