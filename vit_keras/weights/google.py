@@ -26,7 +26,9 @@ import zipfile
 import ml_dtypes
 import numpy as np
 
-POS_EMBEDDING_KEY = "Transformer/posembed_input/pos_embedding"
+from vit_keras.weights.schema import POS_EMBEDDING
+
+POS_EMBEDDING_KEY = POS_EMBEDDING
 _PREFIXES = ("opt/target/", "params/img/", "params/")
 # Linen module names inside an encoder block -> the raw (pre-Linen) names of the public files.
 _LINEN_TO_RAW = {

@@ -22,7 +22,9 @@ from __future__ import annotations
 import functools
 import re
 
-POS_EMBEDDING = "Transformer/posembed_input/pos_embedding"
+from vit_keras.layers.encoder import POS_EMBEDDING_NAME
+
+POS_EMBEDDING = POS_EMBEDDING_NAME  # declared by the layer that holds it
 BLOCK = "Transformer/encoderblock_{i}"
 BLOCK_NORM_1 = BLOCK + "/LayerNorm_0"
 BLOCK_NORM_2 = BLOCK + "/LayerNorm_2"
