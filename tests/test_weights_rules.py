@@ -154,3 +154,13 @@ def test_the_schema_is_the_union_of_the_layers_checkpoint_names():
     for template in schema.CANONICAL_NAMES:
         regex = schema.template_regex(template)
         assert any(regex.match(name) for name in declared), template
+
+
+def test_google_npz_missing_a_block_weight_is_refused_by_name(tmp_path):
+    """The architecture of a Google file is read off its block weights: one missing is named, not a KeyError."""
+    arrays = dict(np.load(os.path.join(FIXTURES, "vitjax_token_raw", "checkpoint.npz")))
+    deleted = "Transformer/encoderblock_1/MlpBlock_3/Dense_1/kernel"
+    del arrays[deleted]
+    path = str(tmp_path / "broken.npz")
+    np.savez(path, **arrays)
+    _refusal(lambda: vit_keras.from_pretrained(path), path, f"Missing from the checkpoint (1): {deleted}")
