@@ -95,3 +95,22 @@ def test_attention_dropout_applies_only_in_training():
     np.testing.assert_array_equal(inference[0], inference[1])
     training = keras.ops.convert_to_numpy(block(x, training=True))
     assert np.abs(training - inference[0]).max() > 1e-3
+
+
+def test_transformer_block_without_qkv_bias_has_no_qkv_bias_variables():
+    """qkv_bias=False drops the q/k/v biases only (timm/transformers keep the output projection's), and the layer's
+    config rebuilds the same variables; the default keeps all four."""
+    block = layers.TransformerBlock(num_heads=3, mlp_dim=96, qkv_bias=False)
+    block.build((None, 5, 48))
+    names = set(block.checkpoint_variables())
+    attention = "MultiHeadDotProductAttention_1"
+    assert not names & {f"{attention}/{p}/bias" for p in ("query", "key", "value")}
+    assert {f"{attention}/out/bias", f"{attention}/query/kernel"} <= names
+    rebuilt = layers.TransformerBlock.from_config(block.get_config())
+    rebuilt.build((None, 5, 48))
+    assert set(rebuilt.checkpoint_variables()) == names
+    default = layers.TransformerBlock(num_heads=3, mlp_dim=96)
+    default.build((None, 5, 48))
+    assert set(default.checkpoint_variables()) - names == {f"{attention}/{p}/bias" for p in ("query", "key", "value")}
+    with pytest.raises(ValueError, match="qkv_bias"):
+        layers.TransformerBlock(num_heads=3, mlp_dim=96, qkv_bias="no")

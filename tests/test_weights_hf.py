@@ -14,7 +14,9 @@ import torch  # installed by `make test` (setup.cfg [test]): a broken install mu
 import transformers
 
 import vit_keras
+from tests.qkv_bias_blocks import blocks_without_qkv_bias
 from tests.torch_compat import randomise_parameters
+from vit_keras.weights.assign import model_slots
 
 TOLERANCE = 2e-5
 
@@ -140,7 +142,7 @@ def test_pickle_only_directory_is_refused(tmp_path):
                       weights=str(directory / "pytorch_model.bin"))
 
 
-def test_bfloat16_weights_and_no_qkv_bias(tmp_path):
+def test_bfloat16_weights_and_no_qkv_bias(tmp_path, monkeypatch):
     """A bfloat16 checkpoint (read without torch) and qkv_bias=False; compared with the same bf16 values in
     float32 torch."""
     config = _config(32, 1, 2, 64, 32, 8, qkv_bias=False)
@@ -151,5 +153,10 @@ def test_bfloat16_weights_and_no_qkv_bias(tmp_path):
     assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {"BF16"}
     reference_model = reference_model.float()
     x = _images((32, 32))
-    model = vit_keras.ViT(image_size=32, classes=5, weights=directory, **_vit_kwargs(config))
+    # A model with q/k/v biases does not fit: the checkpoint has none, and none is invented.
+    with pytest.raises(ValueError, match=r"(?s)query/bias.*build the model with qkv_bias=False"):
+        vit_keras.ViT(image_size=32, classes=5, weights=directory, **_vit_kwargs(config))
+    blocks_without_qkv_bias(monkeypatch)
+    model = vit_keras.ViT(image_size=32, classes=5, weights=directory, qkv_bias=False, **_vit_kwargs(config))
+    assert not any("query/bias" in name for name in model_slots(model))
     _check(_keras_run(model, x), _torch_run(reference_model, x).logits.numpy())

@@ -7,6 +7,7 @@ import pytest
 import torch  # installed by `make test`: a broken install must fail here, not skip
 
 from tests import reference_numpy  # noqa: E402
+from vit_keras.layers.interpolation import interpolation_matrix, numpy_interpolation_matrix
 from vit_keras.weights.resample import resample_grid, resample_position_embeddings
 
 GRIDS = [((8, 8), (12, 12)), ((14, 14), (24, 24)), ((24, 24), (14, 14)), ((7, 7), (7, 10)), ((8, 8), (5, 13)),
@@ -77,3 +78,29 @@ def test_bad_arguments_are_explained():
     with pytest.raises(ValueError, match="6x10 grid"):
         resample_position_embeddings(table, (8, 8), source_grid=(6, 10)) if False else \
             resample_position_embeddings(np.zeros((1, 1 + 59, 4)), (8, 8), source_grid=(6, 10))
+
+
+@pytest.mark.parametrize("old,new", GRIDS)
+def test_the_linear_matrix_is_vit_jax_zoom(old, new):
+    """The linear matrix (the in-graph linear mode, here in float64) is scipy.ndimage.zoom(order=1), the NumPy path:
+    1e-12 bounds float64 rounding of weights summing to 1 over O(1) values."""
+    import scipy.ndimage
+
+    grid = np.random.default_rng(3).normal(size=(*old, 4))
+    rows, cols = (numpy_interpolation_matrix("linear", o, n) for o, n in zip(old, new))
+    expected = scipy.ndimage.zoom(grid, (new[0] / old[0], new[1] / old[1], 1), order=1)
+    assert np.abs(np.einsum("ri,cj,ijd->rcd", rows, cols, grid) - expected).max() <= 1e-12
+
+
+@pytest.mark.parametrize("mode", ["linear", "bicubic", "bicubic_antialias"])
+def test_graph_and_numpy_matrices_are_the_same_maths(mode):
+    """One implementation, two array libraries: the float32 graph matrix is the float64 one rounded. Bound: each
+    weight is formed from a float32 sample point of magnitude up to `in_size`, so it carries a few float32 ulps of
+    `in_size` (4 ulps: the point's product, the difference, the kernel polynomial, the normalisation)."""
+    import keras
+
+    for old, new in GRIDS:
+        for in_size, out_size in zip(old, new):
+            graph = keras.ops.convert_to_numpy(interpolation_matrix(mode, in_size, out_size))
+            bound = 4 * in_size * np.finfo(np.float32).eps
+            np.testing.assert_allclose(graph, numpy_interpolation_matrix(mode, in_size, out_size), rtol=0, atol=bound)

@@ -19,7 +19,9 @@ import torch
 from timm.models.vision_transformer import VisionTransformer, _load_weights
 
 import vit_keras
+from tests.qkv_bias_blocks import blocks_without_qkv_bias
 from tests.torch_compat import randomise_parameters
+from vit_keras.weights.assign import model_slots
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 TOLERANCE = 2e-5
@@ -68,6 +70,33 @@ def test_timm_state_dict_gap_without_fc_norm(tmp_path):
     x = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
     model = vit_keras.ViT(image_size=32, classes=5, classifier="gap", weights=path, **ARCH)
     _check(_logits(model, x), _torch_logits(reference_model, x))
+
+
+def test_timm_without_qkv_bias_builds_no_bias_and_matches_timm(tmp_path, monkeypatch):
+    """timm `qkv_bias=False` has no q/k/v biases: the model is built without them (nothing is invented), from the
+    bare state dict and from a directory whose config.json says so."""
+    reference_model = randomise_parameters(_timm_model(qkv_bias=False), seed=5)
+    path = _save(reference_model, tmp_path / "vit.safetensors")
+    x = np.random.default_rng(3).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
+    reference = _torch_logits(reference_model, x)
+    with pytest.raises(ValueError, match=r"(?s)query/bias.*build the model with qkv_bias=False"):
+        vit_keras.ViT(image_size=32, classes=5, weights=path, **ARCH)
+    blocks_without_qkv_bias(monkeypatch)
+    model = vit_keras.ViT(image_size=32, classes=5, weights=path, qkv_bias=False, **ARCH)
+    assert not any(name.endswith(("query/bias", "key/bias", "value/bias")) for name in model_slots(model))
+    assert "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/out/bias" in model_slots(model)
+    _check(_logits(model, x), reference)
+
+    directory = tmp_path / "timm_dir"
+    directory.mkdir()
+    os.replace(path, directory / "model.safetensors")
+    (directory / "config.json").write_text(json.dumps({
+        "architecture": "vit_small_patch8_224",
+        "model_args": {"img_size": 32, "patch_size": 8, "embed_dim": 48, "depth": 2, "num_heads": 3,
+                       "mlp_ratio": 2.0, "num_classes": 5, "qkv_bias": False}}))
+    model = vit_keras.from_pretrained(str(directory), include_preprocessing=False, classifier_activation=None)
+    assert vit_keras.weights.model_config(model).qkv_bias is False
+    _check(_logits(model, x), reference)
 
 
 def test_timm_fc_norm_is_refused(tmp_path):

@@ -11,6 +11,9 @@ float32 rounding, on every Keras backend and under XLA:
 - `"bicubic_antialias"`: timm's `resample_abs_pos_embed`, torch bicubic with `antialias=True` (Keys a = −0.5, the
   kernel stretched when downsampling, weights renormalised at the borders).
 
+The matrices are written once, over a small set of array operations, and built either as graph ops (float32) or
+in NumPy float64 (`numpy_interpolation_matrix`, the load-time path), so the two paths share their maths.
+
 `keras.ops.image.resize` is not used: it has no corner-aligned linear mode, and its bicubic is Keys a = −0.5 (TF,
 JAX), so only the antialiased mode could match, and only on some backends.
 
@@ -23,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import keras
+import numpy as np
 from keras import ops
 
 from vit_keras.configs import POS_INTERPOLATIONS as GRID_INTERPOLATIONS
@@ -66,47 +70,127 @@ def check_grid_interpolation(mode) -> str:
     return mode
 
 
-def _linear_matrix(in_size: int, out_size):
+class _GraphOps:
+    """The array operations the matrices are written with, as graph ops in float32 (sizes may be symbolic)."""
+
+    @staticmethod
+    def size(n):
+        return ops.cast(n, "float32")
+
+    @staticmethod
+    def arange(n):
+        return ops.cast(ops.arange(n), "float32")
+
+    @staticmethod
+    def offsets(start, stop):
+        return ops.arange(start, stop, dtype="int32")
+
+    @staticmethod
+    def to_int(x):
+        return ops.cast(x, "int32")
+
+    @staticmethod
+    def one_hot(index, depth):
+        return ops.one_hot(index, depth, dtype="float32")
+
+    @staticmethod
+    def stack(arrays):
+        return ops.stack(arrays, axis=-1)
+
+    floor, abs, clip, where, maximum, sum = ops.floor, ops.abs, ops.clip, ops.where, ops.maximum, ops.sum
+
+
+class _NumPyOps:
+    """The same operations in NumPy float64, for the load-time resampling (`vit_keras.weights.resample`)."""
+
+    @staticmethod
+    def size(n):
+        return np.float64(n)
+
+    @staticmethod
+    def arange(n):
+        return np.arange(n, dtype=np.float64)
+
+    @staticmethod
+    def offsets(start, stop):
+        return np.arange(start, stop)
+
+    @staticmethod
+    def to_int(x):
+        return x.astype(np.int64)
+
+    @staticmethod
+    def one_hot(index, depth):
+        return np.eye(depth, dtype=np.float64)[index]
+
+    @staticmethod
+    def stack(arrays):
+        return np.stack(arrays, axis=-1)
+
+    floor, abs, clip, where, maximum, sum = np.floor, np.abs, np.clip, np.where, np.maximum, np.sum
+
+
+def _linear_matrix(in_size: int, out_size, xp):
     # scipy.ndimage.zoom(order=1, grid_mode=False): output i samples input i·(in − 1)/(out − 1) (0 if out == 1).
-    out_float = ops.cast(out_size, "float32")
-    step = ops.where(out_float > 1.0, (in_size - 1.0) / ops.maximum(out_float - 1.0, 1.0), 1.0)
-    source = ops.cast(ops.arange(out_size), "float32") * step
-    taps = ops.cast(ops.arange(in_size), "float32")
-    return ops.relu(1.0 - ops.abs(source[:, None] - taps[None, :]))
+    out_float = xp.size(out_size)
+    step = xp.where(out_float > 1.0, (in_size - 1.0) / xp.maximum(out_float - 1.0, 1.0), 1.0)
+    source = xp.arange(out_size) * step
+    taps = xp.arange(in_size)
+    return xp.maximum(1.0 - xp.abs(source[:, None] - taps[None, :]), 0.0)
 
 
-def _bicubic_matrix(in_size: int, out_size):
+def _bicubic_matrix(in_size: int, out_size, xp):
     # torch upsample_bicubic2d, align_corners=False: unclamped half-pixel source, taps clamped to the border.
-    scale = in_size / ops.cast(out_size, "float32")
-    source = (ops.cast(ops.arange(out_size), "float32") + 0.5) * scale - 0.5
-    base = ops.floor(source)
+    scale = in_size / xp.size(out_size)
+    source = (xp.arange(out_size) + 0.5) * scale - 0.5
+    base = xp.floor(source)
     t = source - base
     a = TORCH_CUBIC_A
-    weights = ops.stack([cubic_far(t + 1, a), cubic_near(t, a), cubic_near(1 - t, a), cubic_far(2 - t, a)], axis=-1)
-    index = ops.cast(base, "int32")[:, None] + ops.arange(-1, 3, dtype="int32")[None, :]
-    index = ops.clip(index, 0, in_size - 1)
-    return ops.sum(ops.one_hot(index, in_size, dtype="float32") * weights[..., None], axis=1)
+    weights = xp.stack([cubic_far(t + 1, a), cubic_near(t, a), cubic_near(1 - t, a), cubic_far(2 - t, a)])
+    index = xp.clip(xp.to_int(base)[:, None] + xp.offsets(-1, 3)[None, :], 0, in_size - 1)
+    return xp.sum(xp.one_hot(index, in_size) * weights[..., None], axis=1)
 
 
-def _antialias_cubic(x):
-    x = ops.abs(x)
+def _antialias_cubic(x, xp):
+    x = xp.abs(x)
     a = ANTIALIAS_CUBIC_A
-    return ops.where(x < 1.0, cubic_near(x, a), ops.where(x < 2.0, cubic_far(x, a), 0.0))
+    return xp.where(x < 1.0, cubic_near(x, a), xp.where(x < 2.0, cubic_far(x, a), 0.0))
 
 
-def _bicubic_antialias_matrix(in_size: int, out_size):
+def _bicubic_antialias_matrix(in_size: int, out_size, xp):
     # torch _upsample_bicubic2d_aa: the kernel is evaluated at every input tap (it is zero beyond its support),
     # stretched by the scale when downsampling, and each row renormalised.
-    scale = in_size / ops.cast(out_size, "float32")
-    inv_scale = ops.where(scale >= 1.0, 1.0 / scale, 1.0)
-    center = scale * (ops.cast(ops.arange(out_size), "float32") + 0.5)
-    taps = ops.cast(ops.arange(in_size), "float32")
-    weights = _antialias_cubic((taps[None, :] - center[:, None] + 0.5) * inv_scale)
-    total = ops.sum(weights, axis=1, keepdims=True)
-    return weights / ops.where(total != 0.0, total, 1.0)
+    scale = in_size / xp.size(out_size)
+    inv_scale = xp.where(scale >= 1.0, 1.0 / scale, 1.0)
+    center = scale * (xp.arange(out_size) + 0.5)
+    taps = xp.arange(in_size)
+    weights = _antialias_cubic((taps[None, :] - center[:, None] + 0.5) * inv_scale, xp)
+    total = xp.sum(weights, axis=1, keepdims=True)
+    return weights / xp.where(total != 0.0, total, 1.0)
 
 
 _MATRICES = {"linear": _linear_matrix, "bicubic": _bicubic_matrix, "bicubic_antialias": _bicubic_antialias_matrix}
+
+
+def interpolation_matrix(mode: str, in_size: int, out_size):
+    """The `(out, in)` matrix that resamples one axis of `in_size` cells to `out_size` with `mode`, as a float32
+    tensor (`out_size` may be symbolic).
+
+    Example:
+        >>> tuple(interpolation_matrix("bicubic", 4, 6).shape)
+        (6, 4)
+    """
+    return _MATRICES[check_grid_interpolation(mode)](in_size, out_size, _GraphOps)
+
+
+def numpy_interpolation_matrix(mode: str, in_size: int, out_size: int) -> np.ndarray:
+    """`interpolation_matrix`'s maths in NumPy float64: the load-time path (`vit_keras.weights.resample`).
+
+    Example:
+        >>> numpy_interpolation_matrix("linear", 2, 3)[1]
+        array([0.5, 0.5])
+    """
+    return _MATRICES[check_grid_interpolation(mode)](in_size, int(out_size), _NumPyOps)
 
 
 def resample_grid(grid, new_grid, mode: str = "linear"):
@@ -125,9 +209,8 @@ def resample_grid(grid, new_grid, mode: str = "linear"):
     if isinstance(new_rows, int) and isinstance(new_cols, int) and (new_rows, new_cols) == (rows, cols):
         return grid
     dtype = grid.dtype
-    matrix = _MATRICES[mode]
-    row_matrix = matrix(rows, new_rows)
-    col_matrix = matrix(cols, new_cols)
+    row_matrix = interpolation_matrix(mode, rows, new_rows)
+    col_matrix = interpolation_matrix(mode, cols, new_cols)
     grid = ops.cast(grid, "float32")
     out = ops.einsum("ri,ijd->rjd", row_matrix, grid)
     out = ops.einsum("cj,rjd->rcd", col_matrix, out)

@@ -118,10 +118,32 @@ class LayerScale(keras.layers.Layer):
         return {**super().get_config(), "init_value": self.init_value}
 
 
+@keras.saving.register_keras_serializable(package="vit_keras")
+class ProjectionAttention(keras.layers.MultiHeadAttention):
+    """`keras.layers.MultiHeadAttention` whose q/k/v projections may lack biases while the output keeps its own.
+
+    `use_bias` decides the q/k/v biases only: the libraries' `qkv_bias=False` (timm, transformers' ViT/DINOv2)
+    drops those and keeps the output projection's bias, whereas Keras' `use_bias=False` would drop all four.
+
+    Example:
+        >>> mha = ProjectionAttention(2, 4, use_bias=False); mha.build((1, 3, 8), (1, 3, 8))
+        >>> mha.query_dense.bias is None, mha.output_dense.bias is not None
+        (True, True)
+    """
+
+    def _make_output_dense(self, query_shape, common_kwargs, name=None):
+        use_bias, self._use_bias = self._use_bias, True
+        try:
+            return super()._make_output_dense(query_shape, common_kwargs, name)
+        finally:
+            self._use_bias = use_bias
+
+
 def attention_checkpoint_variables(attention) -> dict:
     """The q/k/v/out variables of a `keras.layers.MultiHeadAttention` under vit_jax's names.
 
-    Its q/k/v kernels `(D, heads, D/heads)` and output kernel `(heads, D/heads, D)` are Google's shapes as is.
+    Its q/k/v kernels `(D, heads, D/heads)` and output kernel `(heads, D/heads, D)` are Google's shapes as is; a
+    projection built without a bias declares no `bias` name, so a checkpoint's bias has nowhere to go and is reported.
 
     Example:
         >>> mha = keras.layers.MultiHeadAttention(2, 4); mha.build((1, 3, 8), (1, 3, 8))
@@ -150,6 +172,9 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
     where the backend has it). A fused q/k/v projection and an explicit einsum softmax measured no faster on
     ViT-B/16 shapes (`scripts/benchmark.py --suite attention`), so the Keras layer stays.
 
+    `qkv_bias=False` builds the q/k/v projections without biases (timm and transformers `qkv_bias=False`); the
+    output projection keeps its bias either way, as in those libraries.
+
     `query_tokens=n` computes the block for the first `n` tokens only: they still attend to every token (keys and
     values come from the whole sequence), and the output is `(batch, n, D)`. The last block of a classifier that
     reads only the class token gives the same logits this way for about a twelfth of the block's work. Calling
@@ -173,6 +198,7 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
         activation: str | None = None,
         layer_scale: bool = False,
         query_tokens: int | None = None,
+        qkv_bias: bool = True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -187,6 +213,9 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
         self.activation = _resolve_activation(activation, gelu_approximate)
         self.gelu_approximate = self.activation == "gelu_tanh"
         self.layer_scale = bool(layer_scale)
+        if not isinstance(qkv_bias, bool):
+            raise ValueError(f"`qkv_bias` must be True or False, got {qkv_bias!r}.")
+        self.qkv_bias = qkv_bias
         self.norm_1 = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm_0"
         )
@@ -212,9 +241,10 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
                 f"hidden_size {hidden_size} is not divisible by num_heads {self.num_heads}; "
                 f"choose num_heads among the divisors of {hidden_size}."
             )
-        self.attention = keras.layers.MultiHeadAttention(
+        self.attention = ProjectionAttention(
             num_heads=self.num_heads,
             key_dim=hidden_size // self.num_heads,
+            use_bias=self.qkv_bias,
             dropout=self.attention_dropout_rate,
             kernel_initializer="glorot_uniform",
             dtype=self.dtype_policy,
@@ -271,4 +301,5 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
             "activation": self.activation,
             "layer_scale": self.layer_scale,
             "query_tokens": self.query_tokens,
+            "qkv_bias": self.qkv_bias,
         }

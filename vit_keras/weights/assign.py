@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 
 import keras
@@ -161,6 +162,25 @@ def _fit_head(head, slots, params, notes, source):
     params[f"{head}/bias"] = np.zeros(tuple(slots[f"{head}/bias"].shape), np.float32)
 
 
+# The switches that decide whether a projection has a bias, by the canonical names of those biases.
+_BIAS_SWITCHES = (
+    ("qkv_bias", "q/k/v projections",
+     re.compile(r"^Transformer/encoderblock_\d+/MultiHeadDotProductAttention_1/(query|key|value)/bias$")),
+    ("patch_bias", "patch projection", re.compile(r"^embedding/bias$")),
+)
+
+
+def _bias_switch_hints(missing, unexpected) -> list[str]:
+    """A hint naming the switch when the biases the model and the checkpoint disagree on are exactly a switch's."""
+    hints = []
+    for switch, what, pattern in _BIAS_SWITCHES:
+        if any(pattern.match(key) for key in missing):
+            hints.append(f"The checkpoint's {what} have no bias: build the model with {switch}=False.")
+        elif any(pattern.match(key) for key in unexpected):
+            hints.append(f"The checkpoint's {what} have a bias: build the model with {switch}=True.")
+    return hints
+
+
 def _check_and_assign(slots, params, source):
     missing = sorted(set(slots) - set(params))
     unexpected = sorted(set(params) - set(slots))
@@ -177,6 +197,7 @@ def _check_and_assign(slots, params, source):
             lines.append(f"Not used by the model ({len(unexpected)}): " + ", ".join(unexpected))
         if mismatched:
             lines.append(f"Shape mismatches ({len(mismatched)}):\n  " + "\n  ".join(mismatched))
+        lines.extend(_bias_switch_hints(missing, unexpected))
         lines.append(
             "Build the model with the checkpoint's architecture (patch size, hidden size, layers, heads, MLP "
             "size, classifier, representation_size, resnet and the family switches), or let "

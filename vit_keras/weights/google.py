@@ -26,7 +26,10 @@ import zipfile
 import ml_dtypes
 import numpy as np
 
-POS_EMBEDDING_KEY = "Transformer/posembed_input/pos_embedding"
+from vit_keras.weights import schema
+from vit_keras.weights.schema import POS_EMBEDDING
+
+POS_EMBEDDING_KEY = POS_EMBEDDING
 _PREFIXES = ("opt/target/", "params/img/", "params/")
 # Linen module names inside an encoder block -> the raw (pre-Linen) names of the public files.
 _LINEN_TO_RAW = {
@@ -143,11 +146,39 @@ def canonicalize(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return result
 
 
+# The weights every encoder block has (schema templates). A file lacking one is refused when read, since the
+# architecture is read off them; every other mismatch is listed against the model when the arrays are assigned.
+_BLOCK_WEIGHTS = tuple(f"{schema.BLOCK_ATTENTION}/{projection}/kernel" for projection in schema.PROJECTIONS) + (
+    f"{schema.BLOCK_MLP_IN}/kernel", f"{schema.BLOCK_MLP_OUT}/kernel")
+_BLOCK_INDEX = re.compile(r"^Transformer/encoderblock_(\d+)/")
+
+
+def check_block_weights(params: dict, source: str) -> None:
+    """Refuse a canonical dict whose encoder blocks lack a projection or MLP kernel, naming each one.
+
+    Example:
+        >>> params = {"Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": np.zeros((2, 4))}
+        >>> check_block_weights(params, "x.npz")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: x.npz does not hold every encoder block's weights; ... (5): ...query/kernel, ...
+    """
+    blocks = sorted({int(m.group(1)) for name in params if (m := _BLOCK_INDEX.match(name))})
+    missing = [name for index in range(blocks[-1] + 1 if blocks else 0)
+               for name in (template.format(i=index) for template in _BLOCK_WEIGHTS) if name not in params]
+    if missing:
+        raise ValueError(f"{source} does not hold every encoder block's weights; nothing was loaded. Missing from the "
+                         f"checkpoint ({len(missing)}): {', '.join(missing)}")
+
+
 def read_npz(path: str) -> dict[str, np.ndarray]:
-    """Read a Google `.npz` checkpoint into the canonical parameter dict (float32, raw vit_jax names).
+    """Read a Google `.npz` checkpoint into the canonical parameter dict (float32, raw vit_jax names); a file whose
+    encoder blocks lack a weight is refused (`check_block_weights`).
 
     Example:
         >>> read_npz("ViT-B_16.npz")["cls"].shape  # doctest: +SKIP
         (1, 1, 768)
     """
-    return canonicalize(load_npz_arrays(path))
+    params = canonicalize(load_npz_arrays(path))
+    check_block_weights(params, path)
+    return params

@@ -3,8 +3,9 @@
 Supported `model_type`s: `vit` (`ViTModel`, `ViTForImageClassification`: the pooler `tanh(dense(token))` is vit_jax's
 `pre_logits`), `dinov2` (`Dinov2Model`: LayerScale), `clip_vision_model` (`CLIPVisionModel`: `pre_layrnorm`,
 quick-GELU, `post_layernorm` on the class token only) and `siglip_vision_model` (`SiglipVisionModel`: no class
-token, `post_layernorm` on every token, the attention-pooling `head`). Each maps onto the canonical vit_jax names
-and a partial `ViTConfig` read off `config.json`; errors name the file and the key.
+token, `post_layernorm` on every token, the attention-pooling `head`). Each is a table of rules (`TABLES`, see
+`vit_keras.weights.rules`) onto the canonical vit_jax names, plus a partial `ViTConfig` read off `config.json`;
+errors name the file and the key, and a tensor the config promises but the file lacks is refused, never invented.
 
 Example:
     >>> params, fields = read_hf_dir("vit-base-patch16-224")  # doctest: +SKIP
@@ -13,12 +14,10 @@ Example:
 from __future__ import annotations
 
 import os
-import re
 
 import numpy as np
 
-from vit_keras.weights import json_config, torch_layout
-from vit_keras.weights.google import POS_EMBEDDING_KEY
+from vit_keras.weights import json_config, rules, schema
 from vit_keras.weights.safetensors_io import read_safetensors
 
 CONFIG_NAME = "config.json"
@@ -28,8 +27,78 @@ PICKLE_NAMES = ("pytorch_model.bin", "model.bin", "pytorch_model.pt")
 _HIDDEN_ACTS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                 "gelu_fast": "gelu_tanh", "quick_gelu": "quick_gelu"}
 MODEL_TYPES = ("vit", "dinov2", "clip_vision_model", "siglip_vision_model")
-_VIT_LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias|lambda1)$")
-_CLIP_LAYER = re.compile(r"^encoder\.layers\.(\d+)\.(.+)\.(weight|bias)$")
+
+
+# The tables of the supported model types (transformers 5.x modeling_vit / _dinov2 / _clip / _siglip; see `rules`).
+def _embeddings(cls: str, pos: tuple[str, rules.Transform], patch: str) -> tuple:
+    return (
+        rules.Rule(patch, "embedding", rules.PATCH, required=True, bias="patch_bias"),
+        rules.Rule(cls, "cls", rules.TOKENS),
+        rules.Rule(pos[0], schema.POS_EMBEDDING, pos[1]),
+    )
+
+
+def _block(layer: str, norm_1: str, norm_2: str, qkv: tuple[str, str, str], out: str, mlp: tuple[str, str]):
+    block = f"{layer}.{{i}}"
+    return (
+        rules.Rule(f"{block}.{norm_1}", schema.BLOCK_NORM_1, rules.NORM, required=True),
+        *[rules.Rule(f"{block}.{source}", f"{schema.BLOCK_ATTENTION}/{target}", rules.HEADS_IN, required=True,
+                     bias="qkv_bias") for source, target in zip(qkv, ("query", "key", "value"))],
+        rules.Rule(f"{block}.{out}", f"{schema.BLOCK_ATTENTION}/out", rules.HEADS_OUT, required=True),
+        rules.Rule(f"{block}.{norm_2}", schema.BLOCK_NORM_2, rules.NORM, required=True),
+        rules.Rule(f"{block}.{mlp[0]}", schema.BLOCK_MLP_IN, rules.LINEAR, required=True),
+        rules.Rule(f"{block}.{mlp[1]}", schema.BLOCK_MLP_OUT, rules.LINEAR, required=True),
+    )
+
+
+_VIT_EMBEDDINGS = _embeddings("embeddings.cls_token", ("embeddings.position_embeddings", rules.TOKENS),
+                              "embeddings.patch_embeddings.projection")
+_VIT_QKV = ("attention.attention.query", "attention.attention.key", "attention.attention.value")
+_CLIP_EMBEDDINGS = _embeddings("embeddings.class_embedding",
+                               ("embeddings.position_embedding", rules.tokens("weight")), "embeddings.patch_embedding")
+_CLIP_BLOCKS = _block("encoder.layers", "layer_norm1", "layer_norm2",
+                      ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "self_attn.out_proj",
+                      ("mlp.fc1", "mlp.fc2"))
+_MAP = "attention-pooling head"
+TABLES = {
+    "vit": rules.Table("Hugging Face vit", (
+        *_VIT_EMBEDDINGS,
+        *_block("encoder.layer", "layernorm_before", "layernorm_after", _VIT_QKV, "attention.output.dense",
+                ("intermediate.dense", "output.dense")),
+        rules.Rule("layernorm", schema.ENCODER_NORM, rules.NORM),
+        # ViTModel's pooler, tanh(dense(token)), is vit_jax's pre_logits.
+        rules.Rule("pooler.dense", "pre_logits", rules.LINEAR),
+        rules.Rule("classifier", "head", rules.LINEAR),
+    ), prefixes=("vit.",), ignored=("embeddings.mask_token",)),
+    "dinov2": rules.Table("Hugging Face dinov2", (
+        *_VIT_EMBEDDINGS,
+        *_block("encoder.layer", "norm1", "norm2", _VIT_QKV, "attention.output.dense", ("mlp.fc1", "mlp.fc2")),
+        rules.Rule("encoder.layer.{i}.layer_scale1", schema.BLOCK_SCALE_1, rules.scale("lambda1"), required=True),
+        rules.Rule("encoder.layer.{i}.layer_scale2", schema.BLOCK_SCALE_2, rules.scale("lambda1"), required=True),
+        rules.Rule("layernorm", schema.ENCODER_NORM, rules.NORM),
+        rules.Rule("classifier", "head", rules.LINEAR),
+    ), prefixes=("dinov2.",), ignored=("embeddings.mask_token",)),
+    "clip_vision_model": rules.Table("Hugging Face clip_vision_model", (
+        *_CLIP_EMBEDDINGS,
+        rules.Rule("pre_layrnorm", "pre_norm", rules.NORM, required=True),
+        *_CLIP_BLOCKS,
+        # CLIP normalises the pooled class token only: its post_layernorm is fc_norm.
+        rules.Rule("post_layernorm", "fc_norm", rules.NORM, required=True),
+    ), prefixes=("vision_model.",)),
+    "siglip_vision_model": rules.Table("Hugging Face siglip_vision_model", (
+        *_CLIP_EMBEDDINGS,
+        *_CLIP_BLOCKS,
+        # SigLIP normalises every token: its post_layernorm is the final norm.
+        rules.Rule("post_layernorm", schema.ENCODER_NORM, rules.NORM, required=True),
+        rules.Rule("head.probe", f"{schema.MAP_HEAD}/probe", rules.TOKENS, part=_MAP),
+        rules.Rule("head.attention.in_proj", schema.MAP_ATTENTION,
+                   rules.fused("query", "key", "value", sep="_"), part=_MAP),
+        rules.Rule("head.attention.out_proj", f"{schema.MAP_ATTENTION}/out", rules.HEADS_OUT, part=_MAP),
+        rules.Rule("head.layernorm", schema.MAP_NORM, rules.NORM, part=_MAP),
+        rules.Rule("head.mlp.fc1", schema.MAP_MLP_IN, rules.LINEAR, part=_MAP),
+        rules.Rule("head.mlp.fc2", schema.MAP_MLP_OUT, rules.LINEAR, part=_MAP),
+    ), prefixes=("vision_model.",)),
+}
 
 
 def is_hf_dir(path: str) -> bool:
@@ -137,139 +206,23 @@ def gelu_approximate(config: dict) -> bool | None:
     return {"gelu_tanh": True, "gelu": False}.get(_HIDDEN_ACTS[config.get("hidden_act", "gelu")])
 
 
-def _vit_like(tensors, heads, unknown) -> dict:
-    """`ViTModel` / `Dinov2Model` names (`embeddings.*`, `encoder.layer.{i}.*`, `layernorm`)."""
-    out: dict[str, np.ndarray] = {}
-    attention: dict[str, dict] = {}
-    for name, value in tensors.items():
-        short = name[len("vit."):] if name.startswith("vit.") else name
-        short = short[len("dinov2."):] if short.startswith("dinov2.") else short
-        if short == "embeddings.cls_token":
-            out["cls"] = value
-        elif short == "embeddings.position_embeddings":
-            out[POS_EMBEDDING_KEY] = value
-        elif short == "embeddings.patch_embeddings.projection.weight":
-            out["embedding/kernel"] = torch_layout.patch_kernel(value)
-        elif short == "embeddings.patch_embeddings.projection.bias":
-            out["embedding/bias"] = value
-        elif short == "embeddings.mask_token":
-            continue  # masked-image-modelling only; not part of the forward pass
-        elif short in ("layernorm.weight", "layernorm.bias"):
-            out["Transformer/encoder_norm/" + ("scale" if short.endswith("weight") else "bias")] = value
-        elif short in ("pooler.dense.weight", "pooler.dense.bias"):
-            out["pre_logits/" + ("kernel" if short.endswith("weight") else "bias")] = (
-                value.T if short.endswith("weight") else value)
-        elif name in ("classifier.weight", "classifier.bias"):
-            out["head/" + ("kernel" if name.endswith("weight") else "bias")] = value.T if value.ndim == 2 else value
-        elif match := _VIT_LAYER.match(short):
-            index, module, param = match.groups()
-            prefix = f"Transformer/encoderblock_{index}"
-            norms = {"layernorm_before": "LayerNorm_0", "norm1": "LayerNorm_0", "layernorm_after": "LayerNorm_2",
-                     "norm2": "LayerNorm_2"}
-            linears = {"intermediate.dense": "Dense_0", "output.dense": "Dense_1", "mlp.fc1": "Dense_0",
-                       "mlp.fc2": "Dense_1"}
-            projections = {"attention.attention.query": "q", "attention.attention.key": "k",
-                           "attention.attention.value": "v", "attention.output.dense": "o"}
-            if module in norms:
-                out[f"{prefix}/{norms[module]}/{'scale' if param == 'weight' else 'bias'}"] = value
-            elif module in linears:
-                out[f"{prefix}/MlpBlock_3/{linears[module]}/{'kernel' if param == 'weight' else 'bias'}"] = (
-                    value.T if param == "weight" else value)
-            elif module in projections:
-                attention.setdefault(index, {})[f"{projections[module]}.{param}"] = value
-            elif module in ("layer_scale1", "layer_scale2") and param == "lambda1":
-                out[f"{prefix}/LayerScale_{1 if module.endswith('1') else 3}/scale"] = value
-            else:
-                unknown.append(name)
-        else:
-            unknown.append(name)
-    for index, parts in attention.items():
-        out.update(_attention(f"Transformer/encoderblock_{index}/MultiHeadDotProductAttention_1", parts, heads))
-    return out
+def canonicalize(tensors: dict[str, np.ndarray], config: dict, *, source: str | None = None) -> dict[str, np.ndarray]:
+    """HF tensors -> the canonical vit_jax raw-name dict, by the model type's table (`TABLES`).
 
-
-def _attention(prefix, parts, heads):
-    pairs = [(parts[f"{p}.weight"], parts.get(f"{p}.bias")) for p in "qkvo"]
-    return torch_layout.attention(prefix, *pairs, heads)
-
-
-def _clip_like(tensors, heads, unknown) -> dict:
-    """`CLIPVisionModel` / `SiglipVisionModel` names (`embeddings.*`, `encoder.layers.{i}.*`, `post_layernorm`,
-    `head.*`)."""
-    out: dict[str, np.ndarray] = {}
-    attention: dict[str, dict] = {}
-    for name, value in tensors.items():
-        short = name[len("vision_model."):] if name.startswith("vision_model.") else name
-        if short == "embeddings.class_embedding":
-            out["cls"] = value.reshape(1, 1, -1)
-        elif short == "embeddings.position_embedding.weight":
-            out[POS_EMBEDDING_KEY] = value[None]
-        elif short == "embeddings.patch_embedding.weight":
-            out["embedding/kernel"] = torch_layout.patch_kernel(value)
-        elif short == "embeddings.patch_embedding.bias":
-            out["embedding/bias"] = value
-        elif short.startswith(("pre_layrnorm.", "post_layernorm.", "head.layernorm.")):
-            module, param = short.rsplit(".", 1)
-            target = {"pre_layrnorm": "pre_norm", "post_layernorm": "post_layernorm",
-                      "head.layernorm": "MAPHead_0/LayerNorm_0"}[module]
-            out[f"{target}/{'scale' if param == 'weight' else 'bias'}"] = value
-        elif short == "head.probe":
-            out["MAPHead_0/probe"] = value
-        elif short.startswith("head.mlp.fc"):
-            module, param = short.rsplit(".", 1)
-            dense = "Dense_0" if module.endswith("fc1") else "Dense_1"
-            out[f"MAPHead_0/MlpBlock_0/{dense}/{'kernel' if param == 'weight' else 'bias'}"] = (
-                value.T if param == "weight" else value)
-        elif short.startswith("head.attention."):
-            attention.setdefault("head", {})[short[len("head.attention."):]] = value
-        elif match := _CLIP_LAYER.match(short):
-            index, module, param = match.groups()
-            prefix = f"Transformer/encoderblock_{index}"
-            norms = {"layer_norm1": "LayerNorm_0", "layer_norm2": "LayerNorm_2"}
-            if module in norms:
-                out[f"{prefix}/{norms[module]}/{'scale' if param == 'weight' else 'bias'}"] = value
-            elif module in ("mlp.fc1", "mlp.fc2"):
-                dense = "Dense_0" if module.endswith("fc1") else "Dense_1"
-                out[f"{prefix}/MlpBlock_3/{dense}/{'kernel' if param == 'weight' else 'bias'}"] = (
-                    value.T if param == "weight" else value)
-            elif module in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj"):
-                attention.setdefault(index, {})[f"{module[len('self_attn.')]}.{param}"] = value
-            else:
-                unknown.append(name)
-        else:
-            unknown.append(name)
-    for index, parts in attention.items():
-        if index == "head":  # torch.nn.MultiheadAttention: packed in_proj (3D, D), out_proj
-            q, k, v = torch_layout.split_fused(parts["in_proj_weight"], parts.get("in_proj_bias"), 3)
-            out.update(torch_layout.attention("MAPHead_0/MultiHeadDotProductAttention_0", q, k, v,
-                                              (parts["out_proj.weight"], parts.get("out_proj.bias")), heads))
-        else:
-            out.update(_attention(f"Transformer/encoderblock_{index}/MultiHeadDotProductAttention_1", parts, heads))
-    return out
-
-
-def canonicalize(tensors: dict[str, np.ndarray], config: dict) -> dict[str, np.ndarray]:
-    """HF tensors -> the canonical vit_jax raw-name dict.
+    A tensor the architecture in `config` needs and the file lacks (a projection's weight; a q/k/v bias when the
+    config says `qkv_bias`) is refused, naming its transformers key and `source` (default: the file the tensors
+    were read from).
 
     Example:
         >>> canonicalize(read_safetensors("model.safetensors"), config)  # doctest: +SKIP
     """
-    heads = int(config.get("num_attention_heads", 12))
+    source = rules.source_name(tensors, source)
     model_type = config.get("model_type", "vit")
-    tensors = {name: np.asarray(value, np.float32) for name, value in tensors.items()}
-    unknown: list[str] = []
-    if model_type in ("vit", "dinov2"):
-        out = _vit_like(tensors, heads, unknown)
-    else:
-        out = _clip_like(tensors, heads, unknown)
-        post = {k.split("/", 1)[1]: out.pop(k) for k in [k for k in out if k.startswith("post_layernorm/")]}
-        # CLIP normalises the pooled class token only (fc_norm); SigLIP every token (the final norm).
-        target = "fc_norm" if model_type == "clip_vision_model" else "Transformer/encoder_norm"
-        out.update({f"{target}/{k}": v for k, v in post.items()})
-    if unknown:
-        raise ValueError(f"Unknown Hugging Face {model_type} tensors (not a model vit_keras implements?): "
-                         f"{', '.join(sorted(unknown))}")
-    return out
+    if model_type not in TABLES:
+        raise ValueError(f"{source}: a {model_type!r} model; vit_keras reads Hugging Face {MODEL_TYPES}.")
+    fields = architecture(config, os.path.dirname(source))
+    return rules.apply_table(TABLES[model_type], tensors, num_heads=fields["num_heads"], source=source,
+                             switches=rules.config_switches(fields))
 
 
 def read_hf_dir(path: str) -> tuple[dict[str, np.ndarray], dict]:

@@ -6,8 +6,9 @@ sample points, generalised to rectangular grids with one zoom factor per axis. `
 Hugging Face's `interpolate_pos_encoding`: torch bicubic (a = -0.75) with half-pixel sample points
 (`align_corners=False`) and clamped borders; with `antialias=True` it is timm's `resample_abs_pos_embed`
 (torch bicubic with `antialias=True`: Keys a = -0.5, the kernel widened when downsampling, renormalised borders).
-A model of any image size does the same resampling inside its graph (`vit_keras.layers.interpolation`, the same
-kernels) at each call.
+The bicubic matrices are `vit_keras.layers.interpolation`'s, built in NumPy float64: a model of any image size does
+the same resampling inside its graph at each call, with the same maths. The linear mode is vit_jax's own call
+(`scipy.ndimage.zoom`), which the in-graph linear matrix reproduces.
 
 Example:
     >>> table = np.zeros((1, 1 + 8 * 8, 16), np.float32)
@@ -23,7 +24,7 @@ import numbers
 import numpy as np
 import scipy.ndimage
 
-from vit_keras.layers.interpolation import ANTIALIAS_CUBIC_A, TORCH_CUBIC_A, cubic_far, cubic_near
+from vit_keras.layers.interpolation import numpy_interpolation_matrix
 
 INTERPOLATIONS = ("linear", "bicubic")
 
@@ -89,51 +90,6 @@ def infer_grid(num_patches: int, grid=None) -> tuple[int, int]:
     return side, side
 
 
-def _cubic_weights(t: np.ndarray) -> np.ndarray:
-    """Keys' cubic convolution weights (torch's a = -0.75) for the 4 taps around each fractional offset t."""
-    a = TORCH_CUBIC_A
-    return np.stack([cubic_far(t + 1, a), cubic_near(t, a), cubic_near(1 - t, a), cubic_far(2 - t, a)], axis=-1)
-
-
-def _bicubic_matrix(in_size: int, out_size: int) -> np.ndarray:
-    """(out, in) matrix of torch's bicubic resize along one axis, align_corners=False, borders clamped."""
-    scale = in_size / out_size
-    src = (np.arange(out_size, dtype=np.float64) + 0.5) * scale - 0.5
-    base = np.floor(src)
-    weights = _cubic_weights(src - base)
-    matrix = np.zeros((out_size, in_size), np.float64)
-    for tap in range(4):
-        index = np.clip(base.astype(np.int64) - 1 + tap, 0, in_size - 1)
-        np.add.at(matrix, (np.arange(out_size), index), weights[:, tap])
-    return matrix
-
-
-def _torch_antialias_cubic(x: np.ndarray) -> np.ndarray:
-    """Keys' cubic with a = -0.5: the kernel torch uses for `bicubic` whenever `antialias=True`."""
-    x = np.abs(x)
-    a = ANTIALIAS_CUBIC_A
-    return np.where(x < 1, cubic_near(x, a), np.where(x < 2, cubic_far(x, a), 0.0))
-
-
-def _bicubic_antialias_matrix(in_size: int, out_size: int) -> np.ndarray:
-    """(out, in) matrix of torch's `interpolate(mode="bicubic", antialias=True, align_corners=False)` on one axis
-    (aten `_upsample_bicubic2d_aa`, PIL-style): the kernel is stretched by the scale when downsampling, truncated
-    at the borders and renormalised; when upsampling it is the a = -0.5 cubic, not the a = -0.75 one."""
-    scale = in_size / out_size
-    support = 2.0 * scale if scale >= 1.0 else 2.0
-    inv_scale = 1.0 / scale if scale >= 1.0 else 1.0
-    matrix = np.zeros((out_size, in_size), np.float64)
-    for i in range(out_size):
-        center = scale * (i + 0.5)
-        lo = max(int(center - support + 0.5), 0)
-        hi = min(int(center + support + 0.5), in_size)
-        taps = np.arange(lo, hi)
-        weights = _torch_antialias_cubic((taps - center + 0.5) * inv_scale)
-        total = weights.sum()
-        matrix[i, lo:hi] = weights / total if total != 0 else weights
-    return matrix
-
-
 def resample_grid(grid: np.ndarray, new_grid, interpolation: str = "linear", antialias: bool = False) -> np.ndarray:
     """Resize a (rows, cols, D) embedding grid to `new_grid` = (rows', cols').
 
@@ -152,9 +108,9 @@ def resample_grid(grid: np.ndarray, new_grid, interpolation: str = "linear", ant
         if out.shape[:2] != (new_rows, new_cols):  # zoom rounds the output size; guard against drift
             raise ValueError(f"Resampling {rows}x{cols} to {new_rows}x{new_cols} gave {out.shape[:2]}.")
         return out
-    matrix = _bicubic_antialias_matrix if antialias else _bicubic_matrix
-    row_matrix = matrix(rows, new_rows)
-    col_matrix = matrix(cols, new_cols)
+    mode = "bicubic_antialias" if antialias else "bicubic"
+    row_matrix = numpy_interpolation_matrix(mode, rows, new_rows)
+    col_matrix = numpy_interpolation_matrix(mode, cols, new_cols)
     out = np.einsum("ri,cj,ijd->rcd", row_matrix, col_matrix, grid.astype(np.float64))
     return out.astype(grid.dtype)
 

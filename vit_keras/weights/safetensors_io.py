@@ -57,9 +57,23 @@ def _read_raw(path: str) -> dict[str, np.ndarray]:
     return out
 
 
-def read_safetensors(path: str) -> dict[str, np.ndarray]:
-    """All tensors of a safetensors file as NumPy arrays (bfloat16 and float16 become float32); an integer or
-    boolean tensor is refused with a `ValueError` naming it, except PyTorch's index buffers (`INDEX_BUFFERS`).
+class TensorFile(dict):
+    """The tensors of one file, `{name: array}`, knowing the `path` they were read from (for error messages).
+
+    Example:
+        >>> TensorFile({"a": np.zeros(2)}, path="m.safetensors").path
+        'm.safetensors'
+    """
+
+    def __init__(self, tensors, path: str):
+        super().__init__(tensors)
+        self.path = path
+
+
+def read_safetensors(path: str) -> TensorFile:
+    """All tensors of a safetensors file as NumPy arrays (bfloat16 and float16 become float32) in a `TensorFile`, a
+    dict that knows its path; an integer or boolean tensor is refused with a `ValueError` naming it, except
+    PyTorch's index buffers (`INDEX_BUFFERS`).
 
     Example:
         >>> read_safetensors("model.safetensors")["cls_token"].shape  # doctest: +SKIP
@@ -90,4 +104,4 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
                 f"{path!r}: tensor {name!r} has dtype {value.dtype}; expected floating-point weights. The file is "
                 "not a float checkpoint (quantised or damaged); export the model's float weights again."
             )
-    return out
+    return TensorFile(out, path)

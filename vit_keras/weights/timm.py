@@ -1,10 +1,12 @@
 """Read timm `VisionTransformer` checkpoints (no torch needed): bare `.safetensors` state dicts and the Hugging
 Face-style directories timm's `save_for_hf` / `push_to_hub` write (`config.json` + `model.safetensors`).
 
-timm fuses q, k and v into `attn.qkv` ((3D, D), q first) and stores torch layouts (see `torch_layout`). A bare state
-dict does not say the number of heads; it comes from the model being loaded. A directory's `config.json` gives the
-architecture: its `architecture` name fixes the family switches (table below), `model_args` overrides sizes and
-switches, and `pretrained_cfg` gives the normalisation (mean/std) the model was trained with.
+timm fuses q, k and v into `attn.qkv` ((3D, D), q first) and stores torch layouts (see `torch_layout`); `TABLE`
+maps each module onto the canonical names (see `vit_keras.weights.rules`), and refuses a tensor the architecture
+needs but the file lacks. A bare state dict does not say the number of heads; it comes from the model being loaded.
+A directory's `config.json` gives the architecture: its `architecture` name fixes the family switches (table
+below), `model_args` overrides sizes and switches, and `pretrained_cfg` gives the normalisation (mean/std) the model
+was trained with.
 
 Example:
     >>> params = read_timm("vit_base_patch16_224.safetensors", num_heads=12)  # doctest: +SKIP
@@ -17,38 +19,48 @@ import re
 
 import numpy as np
 
-from vit_keras.weights import json_config, torch_layout
-from vit_keras.weights.google import POS_EMBEDDING_KEY
+from vit_keras.weights import json_config, rules, schema
 from vit_keras.weights.safetensors_io import read_safetensors
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 LAYER_NORM_EPSILON = 1e-6
 
-_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)\.(weight|bias|gamma)$")
-_BLOCK_MAP = {
-    "norm1": "LayerNorm_0",
-    "norm2": "LayerNorm_2",
-    "mlp.fc1": "MlpBlock_3/Dense_0",
-    "mlp.fc2": "MlpBlock_3/Dense_1",
-}
-_UNSUPPORTED = {
-    "patch_embed.backbone.": "a timm hybrid backbone (load the Google .npz of the hybrid instead)",
-    ".q_norm.": "q/k normalisation",
-    ".mlp.norm.": "a LayerNorm inside the MLP (scale_mlp_norm)",
-    "attn.norm.": "a LayerNorm inside the attention (scale_attn_norm)",
-}
-_TOP_LEVEL = {
-    "cls_token": "cls",
-    "dist_token": "dist",
-    "reg_token": "reg",
-    "pos_embed": POS_EMBEDDING_KEY,
-    "attn_pool.latent": "MAPHead_0/probe",
-}
-_NORMS = {"norm": "Transformer/encoder_norm", "norm_pre": "pre_norm", "fc_norm": "fc_norm",
-          "attn_pool.norm": "MAPHead_0/LayerNorm_0"}
-_LINEARS = {"head": "head", "head_dist": "head_dist", "pre_logits.fc": "pre_logits",
-            "attn_pool.mlp.fc1": "MAPHead_0/MlpBlock_0/Dense_0", "attn_pool.mlp.fc2": "MAPHead_0/MlpBlock_0/Dense_1"}
+# timm's VisionTransformer state dict, one rule per module (timm 1.0.31 vision_transformer.py; see `rules`).
+TABLE = rules.Table("timm ViT", (
+    rules.Rule("patch_embed.proj", "embedding", rules.PATCH, required=True, bias="patch_bias"),
+    rules.Rule("cls_token", "cls", rules.TOKENS),
+    rules.Rule("dist_token", "dist", rules.TOKENS),
+    rules.Rule("reg_token", "reg", rules.TOKENS),
+    rules.Rule("pos_embed", schema.POS_EMBEDDING, rules.TOKENS),
+    rules.Rule("norm_pre", "pre_norm", rules.NORM),
+    rules.Rule("blocks.{i}.norm1", schema.BLOCK_NORM_1, rules.NORM, required=True),
+    rules.Rule("blocks.{i}.attn.qkv", schema.BLOCK_ATTENTION, rules.fused("query", "key", "value"), required=True,
+               bias="qkv_bias"),
+    rules.Rule("blocks.{i}.attn.proj", f"{schema.BLOCK_ATTENTION}/out", rules.HEADS_OUT, required=True),
+    rules.Rule("blocks.{i}.ls1", schema.BLOCK_SCALE_1, rules.scale("gamma")),
+    rules.Rule("blocks.{i}.norm2", schema.BLOCK_NORM_2, rules.NORM, required=True),
+    rules.Rule("blocks.{i}.mlp.fc1", schema.BLOCK_MLP_IN, rules.LINEAR, required=True),
+    rules.Rule("blocks.{i}.mlp.fc2", schema.BLOCK_MLP_OUT, rules.LINEAR, required=True),
+    rules.Rule("blocks.{i}.ls2", schema.BLOCK_SCALE_2, rules.scale("gamma")),
+    rules.Rule("norm", schema.ENCODER_NORM, rules.NORM),
+    rules.Rule("attn_pool.latent", f"{schema.MAP_HEAD}/probe", rules.TOKENS, part="attention-pooling head"),
+    rules.Rule("attn_pool.q", f"{schema.MAP_ATTENTION}/query", rules.HEADS_IN, part="attention-pooling head"),
+    rules.Rule("attn_pool.kv", schema.MAP_ATTENTION, rules.fused("key", "value"), part="attention-pooling head"),
+    rules.Rule("attn_pool.proj", f"{schema.MAP_ATTENTION}/out", rules.HEADS_OUT, part="attention-pooling head"),
+    rules.Rule("attn_pool.norm", schema.MAP_NORM, rules.NORM, part="attention-pooling head"),
+    rules.Rule("attn_pool.mlp.fc1", schema.MAP_MLP_IN, rules.LINEAR, part="attention-pooling head"),
+    rules.Rule("attn_pool.mlp.fc2", schema.MAP_MLP_OUT, rules.LINEAR, part="attention-pooling head"),
+    rules.Rule("fc_norm", "fc_norm", rules.NORM),
+    rules.Rule("pre_logits.fc", "pre_logits", rules.LINEAR),
+    rules.Rule("head", "head", rules.LINEAR),
+    rules.Rule("head_dist", "head_dist", rules.LINEAR),
+), refused=(
+    ("patch_embed.backbone.", "a timm hybrid backbone (load the Google .npz of the hybrid instead)"),
+    (".q_norm.", "q/k normalisation"),
+    (".mlp.norm.", "a LayerNorm inside the MLP (scale_mlp_norm)"),
+    ("attn.norm.", "a LayerNorm inside the attention (scale_attn_norm)"),
+))
 
 # The architecture names timm registers for the ViT family -> the switches each fixes (timm 1.0.31
 # vision_transformer.py / deit.py). Sizes come from the size word; `model_args` in config.json overrides both.
@@ -96,66 +108,20 @@ def is_timm_dir(path: str) -> bool:
     return "architecture" in json_config.load(config_path)
 
 
-def canonicalize(tensors: dict[str, np.ndarray], num_heads: int) -> dict[str, np.ndarray]:
-    """timm ViT tensors -> the canonical vit_jax raw-name dict.
+def canonicalize(tensors: dict[str, np.ndarray], num_heads: int, *, config: dict | None = None,
+                 source: str | None = None) -> dict[str, np.ndarray]:
+    """timm ViT tensors -> the canonical vit_jax raw-name dict, by `TABLE`.
+
+    `config`: the `ViTConfig` fields of the checkpoint's config.json (`read_config`), which say whether the q/k/v
+    and patch projections have biases; without it (a bare state dict) the file must be consistent across blocks.
+    A tensor the architecture needs and the file lacks is refused, naming its timm key and `source` (default: the
+    file the tensors were read from).
 
     Example:
         >>> canonicalize(read_safetensors("vit.safetensors"), num_heads=12)  # doctest: +SKIP
     """
-    for name in tensors:
-        for marker, what in _UNSUPPORTED.items():
-            if marker in name or name.startswith(marker):
-                raise ValueError(f"This timm checkpoint uses {what} ({name!r}), which vit_keras does not implement.")
-    out: dict[str, np.ndarray] = {}
-    unknown = []
-    blocks: dict[str, dict] = {}
-    for name, value in tensors.items():
-        value = np.asarray(value, np.float32)
-        module, _, param = name.rpartition(".")
-        if name in _TOP_LEVEL:
-            out[_TOP_LEVEL[name]] = value
-        elif name == "patch_embed.proj.weight":
-            out["embedding/kernel"] = torch_layout.patch_kernel(value)
-        elif name == "patch_embed.proj.bias":
-            out["embedding/bias"] = value
-        elif module in _NORMS and param in ("weight", "bias"):
-            out[f"{_NORMS[module]}/{'scale' if param == 'weight' else 'bias'}"] = value
-        elif module in _LINEARS and param in ("weight", "bias"):
-            out[f"{_LINEARS[module]}/{'kernel' if param == 'weight' else 'bias'}"] = (
-                value.T if param == "weight" else value)
-        elif module.startswith("attn_pool.") and module.split(".", 1)[1] in ("q", "kv", "proj"):
-            blocks.setdefault("attn_pool", {})[f"{module.split('.', 1)[1]}.{param}"] = value
-        elif match := _BLOCK.match(name):
-            index, part, param = match.groups()
-            prefix = f"Transformer/encoderblock_{index}"
-            if part in _BLOCK_MAP:
-                target = f"{prefix}/{_BLOCK_MAP[part]}"
-                if part.startswith("norm"):
-                    out[f"{target}/{'scale' if param == 'weight' else 'bias'}"] = value
-                else:
-                    out[f"{target}/{'kernel' if param == 'weight' else 'bias'}"] = (
-                        value.T if param == "weight" else value)
-            elif part in ("ls1", "ls2") and param == "gamma":
-                out[f"{prefix}/LayerScale_{1 if part == 'ls1' else 3}/scale"] = value
-            elif part in ("attn.qkv", "attn.proj"):
-                blocks.setdefault(index, {})[f"{part}.{param}"] = value
-            else:
-                unknown.append(name)
-        else:
-            unknown.append(name)
-    if unknown:
-        raise ValueError(f"Unknown timm ViT tensors (not a ViT vit_keras implements?): {', '.join(sorted(unknown))}")
-    for index, parts in blocks.items():
-        if index == "attn_pool":
-            q = (parts["q.weight"], parts.get("q.bias"))
-            k, v = torch_layout.split_fused(parts["kv.weight"], parts.get("kv.bias"), 2)
-            out.update(torch_layout.attention("MAPHead_0/MultiHeadDotProductAttention_0", q, k, v,
-                                              (parts["proj.weight"], parts.get("proj.bias")), num_heads))
-            continue
-        q, k, v = torch_layout.split_fused(parts["attn.qkv.weight"], parts.get("attn.qkv.bias"), 3)
-        out.update(torch_layout.attention(f"Transformer/encoderblock_{index}/MultiHeadDotProductAttention_1", q, k, v,
-                                          (parts["attn.proj.weight"], parts.get("attn.proj.bias")), num_heads))
-    return out
+    return rules.apply_table(TABLE, tensors, num_heads=num_heads, source=rules.source_name(tensors, source),
+                             switches=rules.config_switches(config))
 
 
 def read_timm(path: str, num_heads: int) -> dict[str, np.ndarray]:
@@ -165,7 +131,7 @@ def read_timm(path: str, num_heads: int) -> dict[str, np.ndarray]:
         >>> read_timm("vit_small_patch16_224.safetensors", num_heads=6)["cls"].shape  # doctest: +SKIP
         (1, 1, 384)
     """
-    return canonicalize(read_safetensors(path), num_heads)
+    return canonicalize(read_safetensors(path), num_heads, source=path)
 
 
 def architecture_switches(name: str, path: str = CONFIG_NAME) -> dict:

@@ -1,9 +1,12 @@
-"""torch `Linear`/`Conv2d`/`LayerNorm` arrays -> the canonical vit_jax layouts, shared by the timm and transformers
-readers.
+"""torch `Linear`/`Conv2d`/`LayerNorm` arrays -> the canonical vit_jax layouts (`vit_keras.weights.schema`), the
+transforms of the timm and transformers tables (`vit_keras.weights.rules`).
 
 torch stores Linear weights as (out, in) and convolutions as OIHW; vit_jax stores kernels (in, out), the patch
 kernel (P, P, C, D), and the attention projections per head: q/k/v kernels (D, heads, D/heads) with (heads, D/heads)
 biases, the output kernel (heads, D/heads, D).
+
+Every function takes the canonical prefix, the torch weight and its bias (None: the source has none, and then the
+result has no bias either: nothing is invented) and returns `{canonical name: float32 array}`.
 
 Example:
     >>> sorted(linear("head", np.zeros((3, 2)), np.zeros(3)))
@@ -15,6 +18,17 @@ from __future__ import annotations
 import numpy as np
 
 
+def _f32(array) -> np.ndarray:
+    return np.asarray(array, np.float32)
+
+
+def _with_bias(out: dict, prefix: str, bias, shape=None) -> dict:
+    if bias is not None:
+        bias = _f32(bias)
+        out[f"{prefix}/bias"] = bias if shape is None else bias.reshape(shape)
+    return out
+
+
 def linear(prefix: str, weight, bias=None) -> dict:
     """A torch Linear as `{prefix}/kernel` (in, out) and `{prefix}/bias`.
 
@@ -22,20 +36,38 @@ def linear(prefix: str, weight, bias=None) -> dict:
         >>> linear("x", np.zeros((3, 2)))["x/kernel"].shape
         (2, 3)
     """
-    out = {f"{prefix}/kernel": np.asarray(weight, np.float32).T}
-    if bias is not None:
-        out[f"{prefix}/bias"] = np.asarray(bias, np.float32)
-    return out
+    return _with_bias({f"{prefix}/kernel": _f32(weight).T}, prefix, bias)
 
 
-def norm(prefix: str, weight, bias) -> dict:
+def norm(prefix: str, weight, bias=None) -> dict:
     """A torch LayerNorm as `{prefix}/scale` and `{prefix}/bias`.
 
     Example:
         >>> sorted(norm("n", np.ones(2), np.zeros(2)))
         ['n/bias', 'n/scale']
     """
-    return {f"{prefix}/scale": np.asarray(weight, np.float32), f"{prefix}/bias": np.asarray(bias, np.float32)}
+    return _with_bias({f"{prefix}/scale": _f32(weight)}, prefix, bias)
+
+
+def scale(prefix: str, weight, bias=None) -> dict:
+    """A per-channel scale (timm `ls1.gamma`, transformers `layer_scale1.lambda1`) as `{prefix}/scale`.
+
+    Example:
+        >>> scale("s", np.ones(4))["s/scale"].shape
+        (4,)
+    """
+    return {f"{prefix}/scale": _f32(weight)}
+
+
+def tokens(prefix: str, weight, bias=None) -> dict:
+    """Learned tokens or a position table, `(D,)`, `(n, D)` or `(1, n, D)`, as vit_jax's `(1, n, D)` under `prefix`.
+
+    Example:
+        >>> tokens("cls", np.zeros(8))["cls"].shape
+        (1, 1, 8)
+    """
+    weight = _f32(weight)
+    return {prefix: weight.reshape(1, -1, weight.shape[-1])}
 
 
 def patch_kernel(weight) -> np.ndarray:
@@ -45,35 +77,48 @@ def patch_kernel(weight) -> np.ndarray:
         >>> patch_kernel(np.zeros((8, 3, 4, 4))).shape
         (4, 4, 3, 8)
     """
-    return np.asarray(weight, np.float32).transpose(2, 3, 1, 0)
+    return _f32(weight).transpose(2, 3, 1, 0)
 
 
-def attention(prefix: str, q, k, v, out, num_heads: int) -> dict:
-    """Attention projections (each a `(weight, bias or None)` torch pair) in vit_jax's per-head layout.
-
-    A missing q/k/v bias (`qkv_bias=False`) is a zero bias, the same function.
+def patch(prefix: str, weight, bias=None) -> dict:
+    """A torch patch convolution as `{prefix}/kernel` (P, P, C, D) and `{prefix}/bias`.
 
     Example:
-        >>> w = np.zeros((4, 4))
-        >>> attention("a", (w, None), (w, None), (w, None), (w, None), 2)["a/query/kernel"].shape
-        (4, 2, 2)
+        >>> patch("embedding", np.zeros((8, 3, 4, 4)))["embedding/kernel"].shape
+        (4, 4, 3, 8)
     """
-    hidden = int(np.asarray(q[0]).shape[1])
+    return _with_bias({f"{prefix}/kernel": patch_kernel(weight)}, prefix, bias)
+
+
+def _heads(hidden: int, num_heads: int) -> int:
     if hidden % num_heads:
         raise ValueError(f"Hidden size {hidden} is not divisible by num_heads {num_heads}.")
-    head_dim = hidden // num_heads
-    params = {}
-    for name, (weight, bias) in (("query", q), ("key", k), ("value", v)):
-        weight = np.asarray(weight, np.float32)
-        params[f"{prefix}/{name}/kernel"] = weight.T.reshape(hidden, num_heads, weight.shape[0] // num_heads)
-        bias = np.zeros(weight.shape[0], np.float32) if bias is None else np.asarray(bias, np.float32)
-        params[f"{prefix}/{name}/bias"] = bias.reshape(num_heads, -1)
-    weight, bias = out
-    weight = np.asarray(weight, np.float32)
-    params[f"{prefix}/out/kernel"] = weight.T.reshape(num_heads, head_dim, weight.shape[0])
-    params[f"{prefix}/out/bias"] = (np.zeros(weight.shape[0], np.float32) if bias is None
-                                    else np.asarray(bias, np.float32))
-    return params
+    return hidden // num_heads
+
+
+def heads_in(prefix: str, weight, bias, num_heads: int) -> dict:
+    """A q, k or v projection (a torch Linear (H·d, D)) per head: kernel (D, H, d), bias (H, d).
+
+    Example:
+        >>> heads_in("q", np.zeros((4, 4)), None, 2)["q/kernel"].shape
+        (4, 2, 2)
+    """
+    weight = _f32(weight)
+    _heads(int(weight.shape[1]), num_heads)
+    kernel = weight.T.reshape(weight.shape[1], num_heads, weight.shape[0] // num_heads)
+    return _with_bias({f"{prefix}/kernel": kernel}, prefix, bias, (num_heads, -1))
+
+
+def heads_out(prefix: str, weight, bias, num_heads: int) -> dict:
+    """The attention output projection (a torch Linear (D, H·d)) per head: kernel (H, d, D), bias (D,).
+
+    Example:
+        >>> heads_out("o", np.zeros((4, 4)), np.zeros(4), 2)["o/kernel"].shape
+        (2, 2, 4)
+    """
+    weight = _f32(weight)
+    head_dim = _heads(int(weight.shape[1]), num_heads)
+    return _with_bias({f"{prefix}/kernel": weight.T.reshape(num_heads, head_dim, weight.shape[0])}, prefix, bias)
 
 
 def split_fused(weight, bias, parts: int):
@@ -83,6 +128,22 @@ def split_fused(weight, bias, parts: int):
         >>> len(split_fused(np.zeros((6, 2)), None, 3))
         3
     """
-    weights = np.split(np.asarray(weight, np.float32), parts, axis=0)
-    biases = [None] * parts if bias is None else np.split(np.asarray(bias, np.float32), parts, axis=0)
+    weight = _f32(weight)
+    if weight.shape[0] % parts:
+        raise ValueError(f"A fused projection of {weight.shape[0]} outputs does not split into {parts} equal parts.")
+    weights = np.split(weight, parts, axis=0)
+    biases = [None] * parts if bias is None else np.split(_f32(bias), parts, axis=0)
     return list(zip(weights, biases))
+
+
+def fused_heads(prefixes, weight, bias, num_heads: int) -> dict:
+    """A fused projection (timm `qkv`/`kv`, torch `in_proj`), q first, as one `heads_in` per prefix.
+
+    Example:
+        >>> sorted(fused_heads(("a/key", "a/value"), np.zeros((8, 4)), np.zeros(8), 2))
+        ['a/key/bias', 'a/key/kernel', 'a/value/bias', 'a/value/kernel']
+    """
+    out = {}
+    for prefix, (part_weight, part_bias) in zip(prefixes, split_fused(weight, bias, len(prefixes))):
+        out.update(heads_in(prefix, part_weight, part_bias, num_heads))
+    return out

@@ -1,0 +1,326 @@
+"""A checkpoint reader is a table of rules over the canonical schema (`vit_keras.weights.schema`); one engine applies
+any table to a file's tensors, and every refusal (an unknown tensor, a missing one, one the config rules out) comes
+from the table and names the source keys.
+
+A `Rule` says: the source module `source` (a template: `{i}` matches a block index), read with `transform`, gives
+the canonical arrays under `target` (the same placeholders). The transform names the module's tensors (`weight`,
+`bias`: the keys are `{source}.weight`, `{source}.bias`) and converts them (`vit_keras.weights.torch_layout`). Each
+rule also says which tensors must be there:
+
+- the weight, always (a bias without its weight is refused);
+- the bias: `bias=True` always; `bias="qkv_bias"` (a `ViTConfig` switch) when the config says so, and then a bias
+  the config rules out is refused too. Where no config is known (a bare state dict), the file must be consistent:
+  if one block has the bias, every block must;
+- the module itself: `required=True` rules must match (in every block for `{i}` rules); a rule that is not
+  required (LayerScale, registers, a head) is optional, but an `{i}` rule that matches in one block must match in
+  every block, and rules of one `part` (e.g. the attention-pooling head) are all there or none.
+
+A library whose tensors carry a fixed prefix (`vit.`, `vision_model.`) lists it in `Table.prefixes`; `ignored`
+lists tensors that are not part of the forward pass; `refused` names parts of architectures vit_keras does not
+implement, so that they are refused as such rather than as unknown.
+
+Example:
+    >>> table = Table("toy", (Rule("fc", "head", LINEAR, required=True),))
+    >>> sorted(apply_table(table, {"fc.weight": np.zeros((3, 2)), "fc.bias": np.zeros(3)}, num_heads=1))
+    ['head/bias', 'head/kernel']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from vit_keras.configs import ViTConfig
+from vit_keras.weights import torch_layout
+from vit_keras.weights.safetensors_io import INDEX_BUFFERS
+from vit_keras.weights.schema import is_canonical, is_canonical_template, template_regex
+
+
+@dataclasses.dataclass(frozen=True)
+class Transform:
+    """How one source module's tensors become canonical arrays.
+
+    `convert(target, weight, bias, num_heads)` returns `{canonical name: array}`; `weight` and `bias` are the
+    module's parameter names (`weight=""`: the module name is the tensor's own key; `bias=None`: it has none);
+    `sep` joins module and parameter (`"."`, or `"_"` for torch's `in_proj_weight`); `outputs` are the names it
+    gives below `target` (checked against the schema when a rule is made).
+
+    Example:
+        >>> LINEAR.outputs
+        ('kernel', 'bias')
+    """
+
+    convert: Callable
+    outputs: tuple[str, ...]
+    weight: str = "weight"
+    bias: str | None = "bias"
+    sep: str = "."
+
+    def key(self, module: str, param: str) -> str:
+        return f"{module}{self.sep}{param}" if param else module
+
+
+def _no_heads(function):
+    return lambda target, weight, bias, num_heads: function(target, weight, bias)
+
+
+LINEAR = Transform(_no_heads(torch_layout.linear), ("kernel", "bias"))
+NORM = Transform(_no_heads(torch_layout.norm), ("scale", "bias"))
+PATCH = Transform(_no_heads(torch_layout.patch), ("kernel", "bias"))
+HEADS_IN = Transform(torch_layout.heads_in, ("kernel", "bias"))
+HEADS_OUT = Transform(torch_layout.heads_out, ("kernel", "bias"))
+
+
+def tokens(param: str = "") -> Transform:
+    """Learned tokens or a position table, stored as the module's own key (`param=""`) or as `{module}.{param}`
+    (transformers' `position_embedding.weight`), reshaped to `(1, n, D)`.
+
+    Example:
+        >>> tokens("weight").key("embeddings.position_embedding", "weight")
+        'embeddings.position_embedding.weight'
+    """
+    return Transform(_no_heads(torch_layout.tokens), ("",), weight=param, bias=None)
+
+
+TOKENS = tokens()
+
+
+def scale(param: str) -> Transform:
+    """A per-channel scale stored as `{module}.{param}` (timm `gamma`, transformers `lambda1`).
+
+    Example:
+        >>> scale("gamma").key("blocks.0.ls1", "gamma")
+        'blocks.0.ls1.gamma'
+    """
+    return Transform(_no_heads(torch_layout.scale), ("scale",), weight=param, bias=None)
+
+
+def fused(*parts: str, weight: str = "weight", bias: str = "bias", sep: str = ".") -> Transform:
+    """A fused projection split along its outputs into the named parts, q first (`fused("query", "key", "value")`
+    is timm's `qkv`), each in the per-head layout.
+
+    Example:
+        >>> fused("key", "value").outputs
+        ('key/kernel', 'key/bias', 'value/kernel', 'value/bias')
+    """
+
+    def convert(target, weight_array, bias_array, num_heads):
+        prefixes = [f"{target}/{part}" for part in parts]
+        return torch_layout.fused_heads(prefixes, weight_array, bias_array, num_heads)
+
+    return Transform(convert, tuple(f"{part}/{name}" for part in parts for name in ("kernel", "bias")),
+                     weight=weight, bias=bias, sep=sep)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """Source module template -> canonical target template, with its transform and what must be there.
+
+    Example:
+        >>> Rule("blocks.{i}.norm1", "Transformer/encoderblock_{i}/LayerNorm_0", NORM, required=True).match(
+        ...     "blocks.3.norm1.bias")
+        ('bias', (('i', '3'),))
+    """
+
+    source: str
+    target: str
+    transform: Transform
+    required: bool = False
+    bias: bool | str = True
+    part: str = ""
+
+    def __post_init__(self):
+        for output in self.transform.outputs:
+            name = f"{self.target}/{output}" if output else self.target
+            if not is_canonical_template(name):
+                raise ValueError(f"Rule {self.source!r} -> {name!r}: not a canonical name (vit_keras.weights.schema).")
+        object.__setattr__(self, "_module", template_regex(self.source))
+
+    @property
+    def per_block(self) -> bool:
+        return "{i}" in self.source
+
+    @property
+    def placeholders(self) -> bool:
+        return "{" in self.source
+
+    def params(self) -> dict[str, str]:
+        """role ("weight"/"bias") -> the module's parameter name."""
+        out = {"weight": self.transform.weight}
+        if self.transform.bias is not None:
+            out["bias"] = self.transform.bias
+        return out
+
+    def match(self, key: str):
+        """(role, placeholder values) when `key` is one of this rule's tensors, else None."""
+        for role, param in self.params().items():
+            module = key if not param else key[: -len(self.transform.sep + param)]
+            if param and not key.endswith(self.transform.sep + param):
+                continue
+            found = self._module.match(module)
+            if found:
+                return role, tuple(sorted(found.groupdict().items()))
+        return None
+
+    def key(self, role: str, groups) -> str:
+        return self.transform.key(self.source.format(**dict(groups)), self.params()[role])
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """One library's rules. `prefixes`: leading names a library may put before every tensor (reported as found);
+    `ignored`: source templates that are not part of the forward pass; `refused`: (substring, what it is) for the
+    parts of architectures vit_keras does not implement.
+
+    Example:
+        >>> Table("toy", ()).family
+        'toy'
+    """
+
+    family: str
+    rules: tuple[Rule, ...]
+    prefixes: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()
+
+    def strip(self, key: str) -> tuple[str, str]:
+        for prefix in self.prefixes:
+            if key.startswith(prefix):
+                return prefix, key[len(prefix):]
+        return "", key
+
+    @functools.cached_property
+    def _ignored(self):
+        return [template_regex(template) for template in self.ignored]
+
+    def is_ignored(self, name: str) -> bool:
+        return name.rsplit(".", 1)[-1] in INDEX_BUFFERS or any(regex.match(name) for regex in self._ignored)
+
+
+def apply_table(table: Table, tensors: Mapping[str, np.ndarray], *, num_heads: int, source: str = "the checkpoint",
+                switches: Mapping[str, bool] | None = None) -> dict[str, np.ndarray]:
+    """The canonical dict of `tensors` read with `table`; a `ValueError` naming every unknown, missing or ruled-out
+    source key (and the file `source`) otherwise, before anything is converted.
+
+    `switches` are the config's `ViTConfig` fields (e.g. `{"qkv_bias": False}`); None: the file alone says.
+
+    Example:
+        >>> table = Table("toy", (Rule("fc", "head", LINEAR, required=True),))
+        >>> try:
+        ...     apply_table(table, {"fc.bias": np.zeros(3)}, num_heads=1, source="toy.safetensors")
+        ... except ValueError as error:
+        ...     print(str(error).splitlines()[1])
+        Missing (1): fc.weight (its bias fc.bias is there)
+    """
+    found: dict[tuple[int, tuple], dict[str, tuple[str, np.ndarray]]] = {}
+    unknown, prefixes = [], {}
+    for key, value in tensors.items():
+        prefix, name = table.strip(key)
+        for marker, what in table.refused:
+            if marker in name:
+                raise ValueError(f"{source}: this {table.family} checkpoint uses {what} ({key!r}), which vit_keras "
+                                 "does not implement.")
+        if table.is_ignored(name):
+            continue
+        for index, rule in enumerate(table.rules):
+            matched = rule.match(name)
+            if matched:
+                role, groups = matched
+                found.setdefault((index, groups), {})[role] = (key, value)
+                prefixes[prefix] = prefixes.get(prefix, 0) + 1
+                break
+        else:
+            unknown.append(key)
+    prefix = max(prefixes, key=prefixes.get) if prefixes else ""
+    blocks = sorted({int(dict(groups)["i"]) for (index, groups) in found if table.rules[index].per_block})
+    blocks = list(range(blocks[-1] + 1)) if blocks else []
+    parts_present = {table.rules[index].part for (index, _) in found} - {""}
+    missing, ruled_out = [], []
+    for index, rule in enumerate(table.rules):
+        instances = [groups for (i, groups) in found if i == index]
+        if rule.per_block:
+            expected = [(("i", str(b)),) for b in blocks] if rule.required or instances else []
+            why_absent = "every block has one" if rule.required else "the other blocks have it"
+        elif instances or rule.placeholders:
+            expected = instances  # e.g. one rule per ResNet unit: each unit it matches must be whole
+            why_absent = ""
+        else:
+            expected = [()] if rule.required or rule.part in parts_present else []
+            why_absent = (f"every {table.family} model has it" if rule.required else
+                          f"the rest of its {rule.part} is there")
+        bias_wanted, why_bias = _bias_wanted(rule, instances, found, index, switches, table.family)
+        for groups in expected:
+            parts = found.get((index, groups), {})
+            if not parts:
+                missing.append(f"{prefix}{rule.key('weight', groups)} ({why_absent})")
+                continue
+            if "weight" not in parts:
+                missing.append(f"{prefix}{rule.key('weight', groups)} (its bias {parts['bias'][0]} is there)")
+            if "bias" in rule.params():
+                if bias_wanted and "bias" not in parts:
+                    missing.append(f"{prefix}{rule.key('bias', groups)} ({why_bias})")
+                elif not bias_wanted and "bias" in parts:
+                    ruled_out.append(f"{parts['bias'][0]} ({why_bias})")
+    if unknown or missing or ruled_out:
+        lines = [f"{source}: this {table.family} checkpoint does not hold what its architecture needs; nothing was "
+                 "loaded."]
+        if missing:
+            lines.append(f"Missing ({len(missing)}): " + ", ".join(missing))
+        if ruled_out:
+            lines.append(f"Ruled out by the config ({len(ruled_out)}): " + ", ".join(ruled_out))
+        if unknown:
+            lines.append(f"Unknown (not a {table.family} vit_keras implements?) ({len(unknown)}): "
+                         + ", ".join(sorted(unknown)))
+        lines.append("Re-save the model's complete state dict with its library (safetensors), or check that the file "
+                     "and its config describe the same model.")
+        raise ValueError("\n".join(lines))
+    out: dict[str, np.ndarray] = {}
+    for (index, groups), parts in found.items():
+        rule = table.rules[index]
+        bias = parts.get("bias", (None, None))[1]
+        converted = rule.transform.convert(rule.target.format(**dict(groups)), parts["weight"][1], bias, num_heads)
+        for name, value in converted.items():
+            if name in out:
+                raise ValueError(f"{source}: {table.family} tensors give {name!r} twice (e.g. {parts['weight'][0]}); "
+                                 "the file holds one module under two names.")
+            assert is_canonical(name), name  # guaranteed by Rule.__post_init__'s schema check
+            out[name] = value
+    return out
+
+
+def config_switches(fields: Mapping | None, names=("qkv_bias", "patch_bias")) -> dict[str, bool] | None:
+    """The bias switches a config's `ViTConfig` fields set, with `ViTConfig`'s defaults for the ones it leaves out
+    (None: no config, the file alone says).
+
+    Example:
+        >>> config_switches({"patch_bias": False})
+        {'qkv_bias': True, 'patch_bias': False}
+    """
+    if fields is None:
+        return None
+    defaults = {field.name: field.default for field in dataclasses.fields(ViTConfig)}
+    return {name: bool(fields.get(name, defaults[name])) for name in names}
+
+
+def source_name(tensors, source: str | None) -> str:
+    """How errors name the file: `source`, or the path the tensors were read from (`read_safetensors`).
+
+    Example:
+        >>> source_name({}, None)
+        'the checkpoint'
+    """
+    return source or getattr(tensors, "path", None) or "the checkpoint"
+
+
+def _bias_wanted(rule, instances, found, index, switches, family):
+    """Whether every instance of `rule` must have its bias, and why (for the message)."""
+    if rule.bias is True:
+        return True, f"every {family} {rule.source.replace('/', '.').rsplit('.', 1)[-1]} has one"
+    if switches is not None and rule.bias in switches:
+        value = bool(switches[rule.bias])
+        return value, f"the config says {rule.bias}={value}"
+    with_bias = [groups for groups in instances if "bias" in found[(index, groups)]]
+    return bool(with_bias), "the other blocks have theirs" if with_bias else "no other block has one"

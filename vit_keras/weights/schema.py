@@ -1,0 +1,115 @@
+"""The canonical checkpoint names: every array a vit_keras model can take, under the raw names of the public vit_jax
+files (`gs://vit_models`), which every reader produces and `assign_params` consumes.
+
+The names are written here once, as templates: `{i}` is an encoder block, `{s}`/`{u}` a ResNet stage and unit.
+The layers declare the same names for their variables (`vit_keras.layers.checkpoint`); the tests check that the two
+agree, and every reader's table is checked against this list when it is made, so a mistyped target fails at import
+time, not as a half-loaded model.
+
+Layouts (the vit_jax ones): dense kernels `(in, out)`; the patch kernel `(P, P, C, D)`; q/k/v kernels
+`(D, heads, D/heads)` with `(heads, D/heads)` biases; the attention output kernel `(heads, D/heads, D)`; tokens
+and the position table `(1, n, D)`; norms `scale`/`bias` vectors.
+
+Example:
+    >>> is_canonical("Transformer/encoderblock_3/MultiHeadDotProductAttention_1/query/kernel")
+    True
+    >>> is_canonical("Transformer/encoderblock_3/attn/qkv/kernel")
+    False
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from vit_keras.layers.encoder import POS_EMBEDDING_NAME
+
+POS_EMBEDDING = POS_EMBEDDING_NAME  # declared by the layer that holds it
+BLOCK = "Transformer/encoderblock_{i}"
+BLOCK_NORM_1 = BLOCK + "/LayerNorm_0"
+BLOCK_NORM_2 = BLOCK + "/LayerNorm_2"
+BLOCK_ATTENTION = BLOCK + "/MultiHeadDotProductAttention_1"
+BLOCK_MLP_IN = BLOCK + "/MlpBlock_3/Dense_0"
+BLOCK_MLP_OUT = BLOCK + "/MlpBlock_3/Dense_1"
+BLOCK_SCALE_1 = BLOCK + "/LayerScale_1"
+BLOCK_SCALE_2 = BLOCK + "/LayerScale_3"
+ENCODER_NORM = "Transformer/encoder_norm"
+MAP_HEAD = "MAPHead_0"
+MAP_ATTENTION = MAP_HEAD + "/MultiHeadDotProductAttention_0"
+MAP_NORM = MAP_HEAD + "/LayerNorm_0"
+MAP_MLP_IN = MAP_HEAD + "/MlpBlock_0/Dense_0"
+MAP_MLP_OUT = MAP_HEAD + "/MlpBlock_0/Dense_1"
+PROJECTIONS = ("query", "key", "value", "out")
+
+_DENSE = ("kernel", "bias")
+_NORM = ("scale", "bias")
+
+
+def _names(prefix: str, params) -> list[str]:
+    return [f"{prefix}/{param}" for param in params]
+
+
+def _attention(prefix: str) -> list[str]:
+    return [name for projection in PROJECTIONS for name in _names(f"{prefix}/{projection}", _DENSE)]
+
+
+# Every canonical name, as a template. Grouped by the layer that declares it (its `checkpoint_variables`).
+CANONICAL_NAMES: tuple[str, ...] = (
+    # PatchEncoder
+    "embedding/kernel", "embedding/bias", "cls", "dist", "reg", POS_EMBEDDING,
+    # the LayerNorm before the encoder (CLIP's ln_pre, timm's norm_pre)
+    *_names("pre_norm", _NORM),
+    # TransformerBlock
+    *_names(BLOCK_NORM_1, _NORM), *_names(BLOCK_NORM_2, _NORM), *_attention(BLOCK_ATTENTION),
+    *_names(BLOCK_MLP_IN, _DENSE), *_names(BLOCK_MLP_OUT, _DENSE),
+    f"{BLOCK_SCALE_1}/scale", f"{BLOCK_SCALE_2}/scale",
+    # the final norm over every token, or after pooling
+    *_names(ENCODER_NORM, _NORM), *_names("fc_norm", _NORM),
+    # MAPHead
+    f"{MAP_HEAD}/probe", *_names(MAP_NORM, _NORM), *_attention(MAP_ATTENTION), *_names(MAP_MLP_IN, _DENSE),
+    *_names(MAP_MLP_OUT, _DENSE),
+    # the classifier
+    *_names("pre_logits", _DENSE), *_names("head", _DENSE), *_names("head_dist", _DENSE),
+    # ResNetStem (hybrids); its convolutions have no bias
+    "conv_root/kernel", *_names("gn_root", _NORM),
+    *[f"block{{s}}/unit{{u}}/{conv}/kernel" for conv in ("conv1", "conv2", "conv3", "conv_proj")],
+    *[name for gn in ("gn1", "gn2", "gn3", "gn_proj") for name in _names(f"block{{s}}/unit{{u}}/{gn}", _NORM)],
+)
+
+
+def template_regex(template: str, named: bool = True) -> re.Pattern:
+    """A template with `{name}` placeholders as an anchored regex whose named groups capture them.
+
+    Example:
+        >>> template_regex("blocks.{i}.attn.qkv").match("blocks.11.attn.qkv")["i"]
+        '11'
+    """
+    parts = re.split(r"\{(\w+)\}", template)
+    pattern = "".join(re.escape(part) if index % 2 == 0 else f"(?P<{part}>\\d+)" if named else r"\d+"
+                      for index, part in enumerate(parts))
+    return re.compile(f"^{pattern}$")
+
+
+@functools.cache
+def _schema() -> re.Pattern:
+    return re.compile("|".join(f"(?:{template_regex(name, named=False).pattern})" for name in CANONICAL_NAMES))
+
+
+def is_canonical(name: str) -> bool:
+    """Whether `name` is one of `CANONICAL_NAMES` with its placeholders filled in.
+
+    Example:
+        >>> is_canonical("block2/unit1/gn_proj/scale")
+        True
+    """
+    return _schema().match(name) is not None
+
+
+def is_canonical_template(template: str) -> bool:
+    """Whether a template (placeholders unfilled, e.g. a table's target) names only canonical arrays.
+
+    Example:
+        >>> is_canonical_template("Transformer/encoderblock_{i}/LayerNorm_0/scale")
+        True
+    """
+    return is_canonical(re.sub(r"\{\w+\}", "0", template))
