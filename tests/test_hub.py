@@ -237,6 +237,26 @@ def stalled():
     return _STALLED[0]
 
 
+def test_verify_names_the_blob_by_its_first_link(tmp_path):
+    """A blob may link on into huggingface_hub's shared store (named by another hash): the name checked is the one
+    the snapshot entry links to."""
+    data = _files(TIMM_CASE)["model.safetensors"]
+    digest = hashlib.sha256(data).hexdigest()
+    store = tmp_path / "store" / ("0" * 64)
+    store.parent.mkdir()
+    store.write_bytes(data)
+    (tmp_path / "blobs").mkdir()
+    os.symlink(store, tmp_path / "blobs" / digest)
+    (tmp_path / "snapshots" / "c").mkdir(parents=True)
+    pointer = tmp_path / "snapshots" / "c" / "model.safetensors"
+    os.symlink(os.path.join("..", "..", "blobs", digest), pointer)
+    hub.verify(str(pointer), "http://hub/x")
+    store.write_bytes(b"\0" + data[1:])
+    with pytest.raises(ValueError, match=f"does not match the sha256 {digest}"):
+        hub.verify(str(pointer), "http://hub/x")
+    assert not os.path.lexists(pointer) and not os.path.lexists(tmp_path / "blobs" / digest)
+
+
 def test_stalled_server_gets_a_timeout_naming_the_url(hub_env, stalled, monkeypatch):
     _point_at(monkeypatch, stalled.endpoint)
     monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 1)

@@ -132,7 +132,9 @@ def verify(path: str, url: str) -> None:
     Example:
         >>> verify(".../snapshots/<commit>/model.safetensors", "https://huggingface.co/...")  # doctest: +SKIP
     """
-    blob = os.path.realpath(path)
+    # One link only: the snapshot entry points at `blobs/<etag>`, which may itself link into huggingface_hub's
+    # shared blob store, under another name.
+    blob = os.path.join(os.path.dirname(path), os.readlink(path)) if os.path.islink(path) else path
     etag = os.path.basename(blob)
     if _SHA256.match(etag):
         algorithm, found = "sha256", download.file_digest(blob)
