@@ -57,6 +57,7 @@ def local_hub(tmp_path_factory):
     server.commit_main = server.add("org/revisions", timm_files)
     server.commit_v2 = server.add("org/revisions", hf_files, branch="v2")
     server.add("org/pickle_only", {"config.json": hf_files["config.json"], "pytorch_model.bin": b"PK\x03\x04 pickle"})
+    server.add("org/keras_preset", {"config.json": b'{"class_name": "ViTBackbone"}', "model.weights.h5": b"HDF"})
     server.add("org/corrupt", timm_files, corrupt={"model.safetensors"})
     server.add("org/trickle", timm_files, trickle={"model.safetensors"})
     server.add("org/sharded", _sharded(HF_CASE, tmp_path_factory.mktemp("shards")))
@@ -171,8 +172,8 @@ def test_offline_uses_the_cache_and_refuses_what_is_not_cached(hub_env, monkeypa
     _go_offline(monkeypatch)
     assert hub.materialize("hf-hub:timm/deit_tiny_test") == online
     assert hub.materialize("hf-hub:org/revisions@" + hub_env.commit_main) == pinned
-    with pytest.raises(ValueError, match=r"hf-hub:facebook/dinov2_tiny_test is not in the Hugging Face cache and "
-                                         r"HF_HUB_OFFLINE is set: run once online .* or unset HF_HUB_OFFLINE"):
+    with pytest.raises(ValueError, match=r"config.json of hf://facebook/dinov2_tiny_test is not in the Hugging Face "
+                                         r"cache and HF_HUB_OFFLINE is set: run once online .* unset HF_HUB_OFFLINE"):
         hub.materialize("hf://facebook/dinov2_tiny_test")
     with pytest.raises(ValueError, match=r"org/revisions@v2 is not in the Hugging Face cache.*HF_HUB_OFFLINE"):
         hub.materialize("hf-hub:org/revisions@v2")
@@ -207,9 +208,28 @@ def test_revision_pinning(hub_env):
         hub.materialize("hf-hub:org/missing")
 
 
+def test_sha256_pins_the_weights_of_a_hub_id(hub_env):
+    digest = hashlib.sha256(_files(TIMM_CASE)["model.safetensors"]).hexdigest()
+    assert hub.materialize("hf-hub:timm/deit_tiny_test", sha256=digest.upper())
+    model = vit_keras.from_pretrained("hf-hub:timm/deit_tiny_test", sha256=digest, **_call(TIMM_CASE))
+    assert model.count_params() > 0
+    with pytest.raises(ValueError, match=f"model.safetensors of hf-hub:timm/deit_tiny_test has sha256 {digest}, "
+                                         "not the pinned 00"):
+        vit_keras.from_pretrained("hf-hub:timm/deit_tiny_test", sha256="00" * 32)
+    with pytest.raises(ValueError, match="is sharded"):
+        hub.materialize("hf-hub:org/sharded", sha256=digest)
+
+
+def test_repository_without_safetensors_is_refused_naming_its_files(hub_env):
+    with pytest.raises(ValueError, match=r"hf://org/keras_preset has no model\.safetensors.*its files are "
+                                         r"\['config\.json', 'model\.weights\.h5'\]: vit_keras reads timm"):
+        hub.materialize("hf://org/keras_preset")
+
+
 def test_pickle_only_repository_is_refused_without_downloading_the_pickle(hub_env):
     with pytest.raises(ValueError, match=r"hf-hub:org/pickle_only has no model\.safetensors.*its files are "
-                                         r"\['config\.json', 'pytorch_model\.bin'\].*never pickle"):
+                                         r"\['config\.json', 'pytorch_model\.bin'\]: its weights are pickle files "
+                                         r"\(pytorch_model\.bin\), which vit_keras never loads"):
         vit_keras.from_pretrained("hf-hub:org/pickle_only")
     assert not [path for method, path in hub_env.requests if path.endswith("pytorch_model.bin")]
 

@@ -69,7 +69,7 @@ def from_pretrained(
     """
     if interpolation is not None:
         check_interpolation(interpolation)
-    source = hub.resolve(source, revision=revision, token=token, cache_dir=cache_dir)
+    source = hub.resolve(source, revision=revision, token=token, cache_dir=cache_dir, sha256=sha256)
     variant = _registered_config(os.fspath(source) if isinstance(source, os.PathLike) else source)
     info = weights_lib.describe(source, architecture=None if variant is None else variant.model_kwargs(),
                                 sha256=sha256, cache_dir=cache_dir)

@@ -230,7 +230,7 @@ def describe(weights, *, architecture: dict | None = None, image_size=None, sha2
     if not isinstance(weights, str | os.PathLike):
         raise ValueError(f"Unsupported `weights` value {weights!r}: pass None, a registered name (see "
                          "vit_keras.list_weights()), a checkpoint path or a URL.")
-    source = hub.resolve(os.fspath(weights), cache_dir=cache_dir)
+    source = hub.resolve(os.fspath(weights), cache_dir=cache_dir, sha256=sha256)
     if download.is_url(source):
         refuse_pickle(source)
         path = download.fetch(source, sha256=sha256, cache_dir=cache_dir)

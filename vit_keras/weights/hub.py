@@ -37,6 +37,8 @@ WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
 OFFLINE_ENV = "HF_HUB_OFFLINE"
 TOKEN_ENV = "HF_TOKEN"
+# Weights vit_keras refuses to download: pickle (PyTorch, fastai) and other code-carrying formats.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 # Seconds an abandoned transfer is given to end by itself (at its next chunk) before its partial file is deleted.
 ABANDON_GRACE = 2.0
 # An index lists shard file names; a few kilobytes per thousand tensors. Anything far larger is not an index.
@@ -153,12 +155,11 @@ def verify(path: str, url: str) -> None:
                        "hub or a proxy between is at fault.")
 
 
-def _explain(error: Exception, repo_id: str, revision: str | None, url: str, token) -> HubError | None:
+def _explain(error: Exception, repo_id: str, revision: str | None, url: str, token, shown: str) -> HubError | None:
     """A HubError naming the id, file and fix for what huggingface_hub raised, or None for an unknown error."""
     import httpx2
     from huggingface_hub import errors
 
-    at = f"{repo_id}@{revision}" if revision else repo_id
     filename = url.rsplit("/", 1)[-1]
     if isinstance(error, errors.GatedRepoError):
         from huggingface_hub import get_token
@@ -176,7 +177,7 @@ def _explain(error: Exception, repo_id: str, revision: str | None, url: str, tok
         return HubError(f"{repo_id} has no revision {revision!r}; pass an existing branch, tag or commit hash "
                         f"(see {_page(repo_id)}/tree/main).")
     if isinstance(error, errors.LocalEntryNotFoundError) and offline():
-        return HubError(f"{filename} of hf-hub:{at} is not in the Hugging Face cache and {OFFLINE_ENV} is set: run "
+        return HubError(f"{filename} of {shown} is not in the Hugging Face cache and {OFFLINE_ENV} is set: run "
                         f"once online to download it, or unset {OFFLINE_ENV}.")
     cause, seen = error, set()
     while cause is not None and not isinstance(cause, httpx2.TransportError) and id(cause) not in seen:
@@ -206,7 +207,8 @@ class _Fetcher:
     """Downloads one checkpoint's files on a worker thread, recording the URL in flight (for the deadline's message)
     and stopping between files once abandoned."""
 
-    def __init__(self, repo_id, revision, cache_dir, token):
+    def __init__(self, repo_id, revision, cache_dir, token, shown):
+        self.shown = shown
         self.repo_id, self.revision, self.cache_dir, self.token = repo_id, revision, cache_dir, token
         self.offline = offline()
         self.url = file_url(repo_id, CONFIG_NAME, revision)
@@ -263,15 +265,16 @@ class _Fetcher:
         try:
             index = self.get(INDEX_NAME, commit)
         except errors.EntryNotFoundError:
-            at = f"{self.repo_id}@{self.revision}" if self.revision else self.repo_id
             if self.offline:
-                raise HubError(f"{WEIGHTS_NAME} of hf-hub:{at} is not in the Hugging Face cache and {OFFLINE_ENV} is "
+                raise HubError(f"{WEIGHTS_NAME} of {self.shown} is not in the Hugging Face cache and {OFFLINE_ENV} is "
                                f"set: run once online to download it, or unset {OFFLINE_ENV}.") from None
             listing = self.files(commit)
-            raise HubError(f"hf-hub:{at} has no {WEIGHTS_NAME} (nor a sharded {INDEX_NAME}); its files are "
-                           f"{listing or 'unknown'}. vit_keras reads safetensors only, never pickle files "
-                           "(pytorch_model.bin, *.pt: unpickling can run code); use a repository that publishes "
-                           "model.safetensors.") from None
+            pickles = [name for name in listing if name.endswith(PICKLE_SUFFIXES)]
+            why = (f"its weights are pickle files ({', '.join(pickles)}), which vit_keras never loads (unpickling can "
+                   "run code); use a repository that publishes model.safetensors" if pickles else
+                   "vit_keras reads timm (save_for_hf) and transformers (save_pretrained) checkpoints in safetensors")
+            raise HubError(f"{self.shown} has no {WEIGHTS_NAME} (nor a sharded {INDEX_NAME}); its files are "
+                           f"{listing or 'unknown'}: {why}.") from None
         for shard in shard_names(index):
             self.get(shard, commit)
         return snapshot
@@ -328,6 +331,23 @@ def read_shards(directory: str) -> dict:
     return tensors
 
 
+def check_pin(directory: str, sha256: str, source: str) -> None:
+    """Refuse a materialised checkpoint whose `model.safetensors` is not the one `sha256` pins (its verified blob is
+    named by its sha256, so nothing is hashed again).
+
+    Example:
+        >>> check_pin(".../snapshots/<commit>", "ab12...", "hf-hub:org/name")  # doctest: +SKIP
+    """
+    weights = os.path.join(directory, WEIGHTS_NAME)
+    if not os.path.lexists(weights):
+        raise HubError(f"sha256= pins one {WEIGHTS_NAME} but {source} is sharded ({INDEX_NAME}); pin the revision "
+                       "(a commit hash) instead.")
+    found = os.path.basename(os.readlink(weights)) if os.path.islink(weights) else download.file_digest(weights)
+    if found != sha256.strip().lower():
+        raise HubError(f"{WEIGHTS_NAME} of {source} has sha256 {found}, not the pinned {sha256}; the repository has "
+                       "changed since it was pinned: pin its revision (@COMMIT) or update the sha256.")
+
+
 def _storage(repo_id: str, cache_dir: str | None) -> str:
     """The Hugging Face cache folder of a model repository (`<cache>/models--ORG--NAME`)."""
     from huggingface_hub import constants
@@ -344,12 +364,14 @@ def _partials(storage: str) -> set[str]:
     return set()
 
 
-def materialize(source: str, revision: str | None = None, cache_dir: str | None = None, token=None) -> str:
+def materialize(source: str, revision: str | None = None, cache_dir: str | None = None, token=None,
+                sha256: str | None = None) -> str:
     """The local directory (a Hugging Face cache snapshot) holding the checkpoint `source` names, downloaded once.
 
     `source`: `hf-hub:ORG/NAME[@REVISION]` or `hf://ORG/NAME[@REVISION]`; `revision` pins a branch, tag or commit
     instead. `cache_dir`: the Hugging Face cache (default `$HF_HOME/hub`). `token`: for gated and private
-    repositories (default `$HF_TOKEN`). The whole download is bounded by `VIT_KERAS_DOWNLOAD_DEADLINE`.
+    repositories (default `$HF_TOKEN`). `sha256`: the digest `model.safetensors` must have (as a pinned URL's). The
+    whole download is bounded by `VIT_KERAS_DOWNLOAD_DEADLINE`.
 
     Example:
         >>> materialize("hf-hub:timm/vit_small_patch16_224.augreg_in21k")  # doctest: +SKIP
@@ -357,7 +379,9 @@ def materialize(source: str, revision: str | None = None, cache_dir: str | None 
     """
     repo_id, revision = parse(source, revision)
     allowed = download.deadline()  # a malformed setting is reported before anything is fetched
-    fetcher = _Fetcher(repo_id, revision, cache_dir, token)
+    # The id as the caller wrote it, with the revision it is fetched at.
+    shown = source if "@" in source or revision is None else f"{source}@{revision}"
+    fetcher = _Fetcher(repo_id, revision, cache_dir, token, shown)
     storage = _storage(repo_id, cache_dir)
     partials = _partials(storage)
     outcome: dict = {}
@@ -383,29 +407,32 @@ def materialize(source: str, revision: str | None = None, cache_dir: str | None 
                 os.remove(path)
         raise download.DeadlineExceeded(
             f"Downloading {fetcher.url} did not finish within its overall deadline of {allowed:g} s "
-            f"({time.monotonic() - started:.0f} s spent on hf-hub:{repo_id}); nothing unverified is used. Allow more "
+            f"({time.monotonic() - started:.0f} s spent on {shown}); nothing unverified is used. Allow more "
             f"time with {download.DEADLINE_ENV}=SECONDS, or try again on a faster connection.")
     error = outcome.get("error")
     if error is None:
+        if sha256 is not None:
+            check_pin(outcome["directory"], sha256, source)
         return outcome["directory"]
     if isinstance(error, ValueError):
         raise error
-    explained = _explain(error, repo_id, revision, fetcher.url, token) if isinstance(error, Exception) else None
+    explained = _explain(error, repo_id, revision, fetcher.url, token, shown) if isinstance(error, Exception) else None
     if explained is None:
         raise error
     raise explained from None
 
 
-def resolve(source, *, revision: str | None = None, token=None, cache_dir: str | None = None):
-    """`source` itself, or for a hub id the local directory `materialize` gives; `revision` and `token` are
-    refused for anything but a hub id (they would be silently ignored).
+def resolve(source, *, revision: str | None = None, token=None, cache_dir: str | None = None,
+            sha256: str | None = None):
+    """`source` itself, or for a hub id the local directory `materialize` gives (checked against `sha256` when
+    given); `revision` and `token` are refused for anything but a hub id (they would be silently ignored).
 
     Example:
         >>> resolve("/tmp/my-checkpoint")
         '/tmp/my-checkpoint'
     """
     if is_hub_id(source):
-        return materialize(source, revision=revision, cache_dir=cache_dir, token=token)
+        return materialize(source, revision=revision, cache_dir=cache_dir, token=token, sha256=sha256)
     if revision is not None or token is not None:
         raise HubError(f"revision= and token= apply to hub ids (hf-hub:ORG/NAME), not to {source!r}.")
     return source
