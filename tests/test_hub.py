@@ -247,6 +247,33 @@ def test_corrupted_download_is_refused_and_deleted(hub_env):
 _STALLED = []
 
 
+def test_transport_errors_are_explained_naming_the_url():
+    """What huggingface_hub raises when a request times out, cannot connect or is cut short (after its own retries,
+    which take too long to wait for here) becomes a message naming the URL and what to do."""
+    import httpx2
+    from huggingface_hub import errors
+
+    url = "https://hub.example/org/name/resolve/main/model.safetensors"
+
+    def explained(error):
+        return str(hub._explain(error, "org/name", None, url, None, "hf-hub:org/name"))
+
+    def wrapped(cause):
+        error = errors.LocalEntryNotFoundError("An error happened while trying to locate the file on the Hub")
+        error.__cause__ = cause
+        return error
+
+    timeout = httpx2.ReadTimeout("timed out")
+    assert explained(timeout) == explained(wrapped(timeout))
+    assert explained(timeout).startswith(f"{url} timed out (ReadTimeout)")
+    assert "HF_HUB_ETAG_TIMEOUT / HF_HUB_DOWNLOAD_TIMEOUT" in explained(timeout)
+    assert explained(wrapped(httpx2.ConnectError("[Errno 111] Connection refused"))).startswith(
+        f"Cannot download {url} ([Errno 111] Connection refused); check the connection")
+    cut = OSError("Consistency check failed: file should be of size 10 but has size 5 (model.safetensors).")
+    assert explained(cut).startswith(f"The download of {url} was cut short (Consistency check failed")
+    assert hub._explain(RuntimeError("other"), "org/name", None, url, None, "hf-hub:org/name") is None
+
+
 @pytest.fixture
 def stalled():
     # Open until the test process ends: the abandoned metadata request keeps waiting on it (huggingface_hub retries
