@@ -6,7 +6,9 @@
   (`pytorch_model.bin`, ...) is refused, naming its files.
 - Files go into the Hugging Face cache (`$HF_HOME/hub`, or `cache_dir`), downloaded by `huggingface_hub` (resumable,
   shared with timm and transformers). Every file is checked against the hash the hub states for it (the sha256 of
-  an LFS file, the git blob sha1 of a small one), on every use: a mismatching file is deleted, never loaded.
+  an LFS file, the git blob sha1 of a small one), on every use: a mismatching file is deleted, never loaded. (The
+  check reads the hash off the cache's symbolic links, huggingface_hub's default layout.) `sha256=` pins
+  `model.safetensors` as it pins a URL.
 - `HF_HUB_OFFLINE=1`: the cache only; a checkpoint that is not cached is refused with what to do.
 - Gated and private repositories: the token is `token=`, else `$HF_TOKEN` (or `hf auth login`'s).
 - Timeouts: `HF_HUB_ETAG_TIMEOUT` (seconds for the metadata request) and `HF_HUB_DOWNLOAD_TIMEOUT` (seconds without
