@@ -7,7 +7,8 @@ use (huggingface_hub 2.4.0), serving repositories made of local files.
 - Errors as the hub sends them: `X-Error-Code` RepoNotFound (401), GatedRepo (401 without the repository's token,
   403 with another), RevisionNotFound (404), EntryNotFound (404, with `X-Repo-Commit`).
 - Faults: a repository can serve a file whose body does not match its stated hash (`corrupt`), or trickle a file
-  one byte at a time (`trickle`). `stalled_endpoint()` is an address that accepts connections and never answers.
+  one byte at a time (`trickle`: eight bytes, then the connection closes; the next request gets it whole).
+  `StalledEndpoint` is an address that accepts connections and never answers.
 
 Example:
     >>> hub = LocalHub(); hub.add("org/name", {"config.json": b"{}"}); hub.start()  # doctest: +SKIP
@@ -57,6 +58,7 @@ class LocalHub:
     def __init__(self):
         self.repos: dict[str, Repo] = {}
         self.requests: list[tuple[str, str]] = []
+        self.trickled: set[tuple[str, str]] = set()
         self.server = None
 
     def add(self, repo_id: str, files: dict[str, bytes], *, branch: str = "main", commit: str | None = None,
@@ -150,14 +152,15 @@ class LocalHub:
             headers.update({"X-Linked-Etag": f'"{hashlib.sha256(data).hexdigest()}"', "X-Linked-Size": str(len(data))})
         if filename in repo.corrupt:
             data = bytes([data[0] ^ 0xFF]) + data[1:]  # same size, other content: only a hash check can tell
-        if filename in repo.trickle and body:
+        if filename in repo.trickle and body and (repo_id, filename) not in self.trickled:
+            self.trickled.add((repo_id, filename))  # once: the client's retry then ends quickly
             handler.send_response(200)
             for key, value in headers.items():
                 handler.send_header(key, value)
             handler.send_header("Content-Length", str(len(data)))
             handler.end_headers()
             try:
-                for index in range(min(len(data), 40)):  # bounded: gives up after 20 s
+                for index in range(min(len(data), 8)):  # then the connection closes, cut short
                     handler.wfile.write(data[index:index + 1])
                     handler.wfile.flush()
                     time.sleep(TRICKLE_SECONDS)
