@@ -41,6 +41,7 @@ class Repo:
     token: str | None = None  # gated: requests must carry `Authorization: Bearer <token>`
     corrupt: frozenset = frozenset()  # files whose body is altered after the hash is stated
     trickle: frozenset = frozenset()  # files sent one byte every TRICKLE_SECONDS
+    forbidden: frozenset = frozenset()  # files answered with a bare 403 (as a proxy or firewall might)
 
     def commit_of(self, revision: str) -> str | None:
         if revision in self.commits:
@@ -69,7 +70,7 @@ class LocalHub:
         repo.commits[commit] = dict(files)
         repo.refs[branch] = commit
         for name, value in faults.items():
-            setattr(repo, name, frozenset(value) if name in ("corrupt", "trickle") else value)
+            setattr(repo, name, frozenset(value) if name in ("corrupt", "trickle", "forbidden") else value)
         return commit
 
     @property
@@ -146,6 +147,8 @@ class LocalHub:
             return self._send(handler, 200, {"Content-Type": "application/json"}, json.dumps(listing).encode(), body)
         if filename not in files:
             return self._error(handler, 404, "EntryNotFound", body, commit)
+        if filename in repo.forbidden:
+            return self._send(handler, 403, body=b"Forbidden", send_body=body)
         data = files[filename]
         headers = {"X-Repo-Commit": commit, "ETag": f'"{git_blob_sha1(data)}"'}
         if filename.endswith(LFS_SUFFIXES):

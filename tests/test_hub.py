@@ -58,6 +58,8 @@ def local_hub(tmp_path_factory):
     server.commit_v2 = server.add("org/revisions", hf_files, branch="v2")
     server.add("org/pickle_only", {"config.json": hf_files["config.json"], "pytorch_model.bin": b"PK\x03\x04 pickle"})
     server.add("org/keras_preset", {"config.json": b'{"class_name": "ViTBackbone"}', "model.weights.h5": b"HDF"})
+    server.add("org/forbidden", timm_files, forbidden={"model.safetensors"})
+    server.add("org/no_config", {"model.safetensors": timm_files["model.safetensors"]})
     server.add("org/corrupt", timm_files, corrupt={"model.safetensors"})
     server.add("org/trickle", timm_files, trickle={"model.safetensors"})
     server.add("org/sharded", _sharded(HF_CASE, tmp_path_factory.mktemp("shards")))
@@ -224,6 +226,16 @@ def test_repository_without_safetensors_is_refused_naming_its_files(hub_env):
     with pytest.raises(ValueError, match=r"hf://org/keras_preset has no model\.safetensors.*its files are "
                                          r"\['config\.json', 'model\.weights\.h5'\]: vit_keras reads timm"):
         hub.materialize("hf://org/keras_preset")
+
+
+def test_repository_without_config_and_refused_request_are_told_apart(hub_env):
+    with pytest.raises(ValueError, match=r"hf-hub:org/no_config has no config\.json \(its files are "
+                                         r"\['model\.safetensors'\]\): vit_keras reads timm"):
+        hub.materialize("hf-hub:org/no_config")
+    # A request the server refuses is not a missing file: the message names the URL and the status.
+    with pytest.raises(ValueError, match=r"The hub refused http://127\.0\.0\.1:\d+/org/forbidden/resolve/\w+/"
+                                         r"model\.safetensors: 403 Forbidden"):
+        hub.materialize("hf-hub:org/forbidden")
 
 
 def test_pickle_only_repository_is_refused_without_downloading_the_pickle(hub_env):

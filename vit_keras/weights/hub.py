@@ -190,11 +190,15 @@ def _explain(error: Exception, repo_id: str, revision: str | None, url: str, tok
     if isinstance(cause, httpx2.TimeoutException):
         return HubError(f"{url} timed out ({type(cause).__name__}); nothing was kept. Try again, or wait longer "
                         "with HF_HUB_ETAG_TIMEOUT / HF_HUB_DOWNLOAD_TIMEOUT (seconds).")
+    refused = error
+    while refused is not None and not isinstance(refused, errors.HfHubHTTPError):
+        refused = refused.__cause__
+    if cause is None and refused is not None:
+        return HubError(f"The hub refused {url}: {str(refused).splitlines()[0]} Check the id, revision and token "
+                        f"({TOKEN_ENV}), or HF_ENDPOINT if set.")
     if isinstance(cause, httpx2.TransportError) or isinstance(error, errors.LocalEntryNotFoundError):
         return HubError(f"Cannot download {url} ({cause or error}); check the connection (and HF_ENDPOINT if set), "
                         f"or set {OFFLINE_ENV}=1 to use the cache only.")
-    if isinstance(error, errors.HfHubHTTPError):
-        return HubError(f"The hub refused {url}: {str(error).splitlines()[0]}")
     if isinstance(error, OSError) and "Consistency check failed" in str(error):
         return HubError(f"The download of {url} was cut short ({str(error).splitlines()[0]}); nothing was kept. "
                         "Try again.")
@@ -256,17 +260,25 @@ class _Fetcher:
     def run(self) -> str:
         from huggingface_hub import errors
 
-        config = self.get(CONFIG_NAME, self.revision)
+        # Online, only the hub's answer that a file does not exist means it is absent (not a failed request).
+        missing = errors.LocalEntryNotFoundError if self.offline else errors.RemoteEntryNotFoundError
+        try:
+            config = self.get(CONFIG_NAME, self.revision)
+        except errors.RemoteEntryNotFoundError:
+            listing = self.files(self.revision)
+            raise HubError(f"{self.shown} has no {CONFIG_NAME} (its files are {listing or 'unknown'}): vit_keras "
+                           "reads timm (save_for_hf) and transformers (save_pretrained) checkpoints, which have "
+                           "one.") from None
         snapshot = os.path.dirname(config)
         commit = os.path.basename(snapshot)  # <cache>/models--ORG--NAME/snapshots/<commit>/config.json
         try:
             self.get(WEIGHTS_NAME, commit)
             return snapshot
-        except errors.EntryNotFoundError:
+        except missing:
             pass
         try:
             index = self.get(INDEX_NAME, commit)
-        except errors.EntryNotFoundError:
+        except missing:
             if self.offline:
                 raise HubError(f"{WEIGHTS_NAME} of {self.shown} is not in the Hugging Face cache and {OFFLINE_ENV} is "
                                f"set: run once online to download it, or unset {OFFLINE_ENV}.") from None
