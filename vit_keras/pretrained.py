@@ -11,7 +11,7 @@ import os
 from vit_keras import weights as weights_lib
 from vit_keras.configs import VARIANTS, ViTConfig, check_hw
 from vit_keras.models import build_vit, check_normalization
-from vit_keras.weights import registry
+from vit_keras.weights import hub, registry
 from vit_keras.weights.resample import check_interpolation
 
 
@@ -38,13 +38,17 @@ def from_pretrained(
     cache_dir=None,
     any_image_size=False,
     head_tokens_only=False,
+    revision=None,
+    token=None,
 ):
     """Build the model a checkpoint describes and load it, exactly as its own library computes it.
 
     `source`: a timm Hugging Face-style directory (`config.json` with `architecture`, `model_args`,
     `pretrained_cfg` + `model.safetensors`), a transformers `save_pretrained` directory (`ViTModel`,
     `ViTForImageClassification`, `Dinov2Model`, `CLIPVisionModel`, `SiglipVisionModel`), a Google `.npz` (incl.
-    big_vision MAP heads), a registered name such as `"B/16:imagenet21k+imagenet2012"`, or a URL of one of them.
+    big_vision MAP heads), a registered name such as `"B/16:imagenet21k+imagenet2012"`, a URL of one of them, or a
+    Hugging Face hub id of the directories (`"hf-hub:ORG/NAME"` or `"hf://ORG/NAME"`, `revision=` or `@REVISION` to
+    pin a branch, tag or commit, `token=` for gated repositories; see `vit_keras.weights.hub`).
 
     Overrides: `image_size` (int or (h, w); the position embeddings are resampled: `interpolation=None` uses the
     source library's own — timm: antialiased bicubic as `resample_abs_pos_embed`, transformers: bicubic as
@@ -65,6 +69,7 @@ def from_pretrained(
     """
     if interpolation is not None:
         check_interpolation(interpolation)
+    source = hub.resolve(source, revision=revision, token=token, cache_dir=cache_dir, sha256=sha256)
     variant = _registered_config(os.fspath(source) if isinstance(source, os.PathLike) else source)
     info = weights_lib.describe(source, architecture=None if variant is None else variant.model_kwargs(),
                                 sha256=sha256, cache_dir=cache_dir)

@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable
 
 from vit_keras.layers.dtypes import quantized_layers
-from vit_keras.weights import download, google, hf, json_config, registry, timm
+from vit_keras.weights import download, google, hf, hub, json_config, registry, timm
 from vit_keras.weights.assign import assign_params
 from vit_keras.weights.infer import infer_config_fields
 from vit_keras.weights.keras_h5 import load_keras_weights
@@ -230,7 +230,7 @@ def describe(weights, *, architecture: dict | None = None, image_size=None, sha2
     if not isinstance(weights, str | os.PathLike):
         raise ValueError(f"Unsupported `weights` value {weights!r}: pass None, a registered name (see "
                          "vit_keras.list_weights()), a checkpoint path or a URL.")
-    source = os.fspath(weights)
+    source = hub.resolve(os.fspath(weights), cache_dir=cache_dir, sha256=sha256)
     if download.is_url(source):
         refuse_pickle(source)
         path = download.fetch(source, sha256=sha256, cache_dir=cache_dir)
