@@ -168,8 +168,11 @@ def run(args) -> int:
         raise ValueError(f"the TFLite output should be a .tflite file, got {args.output!r}")
     if args.export_format == "tflite" and args.quantization == "int8" and not args.calibration_images:
         raise ValueError("--quantization int8 needs --calibration-images (about 100 training images)")
+    if args.export_format != "saved_model" and args.class_names:
+        raise ValueError("--class-names applies to --format saved_model only")
     if args.export_format in ("tflite", "onnx"):
         refuse_existing(args.output, args.overwrite, "--overwrite")  # before the model is built and converted
+    class_names = read_class_names(args.class_names) if args.class_names else None  # before the model is built
 
     model = load_or_build_model(args)
     if args.export_format == "tflite":
@@ -185,7 +188,6 @@ def run(args) -> int:
         where = f"{count} random images (pass --check-images for real ones)"
 
     if args.export_format == "saved_model":
-        class_names = read_class_names(args.class_names) if args.class_names else None
         path = export.saved_model(
             model, args.output, version=args.version, class_names=class_names, top_k=args.top_k,
             overwrite=args.overwrite,
