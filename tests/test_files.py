@@ -54,3 +54,32 @@ def test_atomic_directory_swaps_whole_directories(tmp_path):
             raise KeyError("boom")
     assert os.listdir(target) == ["saved_model.pb"]
     assert sorted(os.listdir(tmp_path)) == ["1"]
+
+
+@pytest.mark.parametrize("name", [
+    "m" * 232 + ".weights.h5",  # 243 bytes: the old ".{name}.tmp-XXXXXXXX.weights.h5" was 268
+    "é" * 117 + ".keras",  # 240 bytes of two-byte characters: the cut must not split one
+    "x" * 255,  # the longest name a file system takes
+])
+def test_any_valid_final_name_gets_a_valid_temporary_name(tmp_path, name):
+    assert len(os.fsencode(name)) <= 255
+    target = tmp_path / name
+    with atomic_file(target) as tmp:
+        assert len(os.fsencode(os.path.basename(tmp))) <= 255 and tmp.endswith(os.path.splitext(name)[1])
+        with open(tmp, "w") as f:
+            f.write("data")
+    assert target.read_text() == "data" and os.listdir(tmp_path) == [name]
+    directory = tmp_path / ("d" + name[1:])
+    for _ in range(2):  # the second time moves the old directory aside under a temporary name too
+        with atomic_directory(directory, overwrite=True) as tmp:
+            open(os.path.join(tmp, "saved_model.pb"), "w").close()
+    assert os.listdir(directory) == ["saved_model.pb"] and len(os.listdir(tmp_path)) == 2
+
+
+def test_temporary_names_of_one_long_name_differ_from_another_s():
+    from vit_keras.files import temporary_prefix
+
+    # Two long names that share their first 230 bytes keep distinct temporary prefixes (a digest of the name).
+    a, b = "a" * 240 + "1", "a" * 240 + "2"
+    assert temporary_prefix(a) != temporary_prefix(b)
+    assert temporary_prefix("best.keras") == ".best.keras.tmp-"

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import tempfile
@@ -29,6 +30,32 @@ def _suffix(name: str) -> str:
         if name.endswith(suffix):
             return suffix
     return os.path.splitext(name)[1]
+
+
+# File names are limited to 255 bytes (NAME_MAX on Linux and macOS); a temporary name adds its dot, marker,
+# random part and suffix to the final one, so it is shortened where the final name is long.
+NAME_MAX = 255
+_RANDOM_PART = 8  # tempfile's random characters
+_DIGEST_CHARS = 12
+
+
+def temporary_prefix(name: str, marker: str = ".tmp-", suffix: str = "") -> str:
+    """The `prefix` for `tempfile.mkstemp`/`mkdtemp` beside `name`: `.{name}{marker}`, with `name` cut short
+    and a digest of it added when the whole temporary name would pass `NAME_MAX` bytes.
+
+    Example:
+        >>> temporary_prefix("best.keras", suffix=".keras")
+        '.best.keras.tmp-'
+        >>> len(temporary_prefix("x" * 234 + ".keras", suffix=".keras").encode()) + 8 + len(".keras") <= 255
+        True
+    """
+    budget = NAME_MAX - _RANDOM_PART - len(os.fsencode(suffix)) - len(os.fsencode(marker)) - 1
+    encoded = os.fsencode(name)
+    if len(encoded) <= budget:
+        return f".{name}{marker}"
+    digest = hashlib.sha256(encoded).hexdigest()[:_DIGEST_CHARS]
+    head = encoded[:budget - _DIGEST_CHARS - 1].decode("utf-8", "ignore")  # never split a UTF-8 character
+    return f".{head}~{digest}{marker}"
 
 
 def refuse_existing(path: str, overwrite: bool, flag: str = "overwrite=True") -> None:
@@ -57,7 +84,8 @@ def atomic_file(final_path, overwrite: bool = True, flag: str = "overwrite=True"
     refuse_existing(final_path, overwrite, flag)
     parent, name = os.path.split(os.path.abspath(final_path))
     os.makedirs(parent, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{name}.tmp-", suffix=_suffix(name), dir=parent)
+    suffix = _suffix(name)
+    handle, tmp = tempfile.mkstemp(prefix=temporary_prefix(name, suffix=suffix), suffix=suffix, dir=parent)
     os.close(handle)
     os.remove(tmp)  # writers such as h5py and Keras want to create the file themselves
     try:
@@ -86,12 +114,12 @@ def atomic_directory(final_path, overwrite: bool = False, flag: str = "overwrite
     parent, name = os.path.split(os.path.abspath(final_path))
     os.makedirs(parent, exist_ok=True)
     refuse_existing(final_path, overwrite, flag)
-    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
+    tmp = tempfile.mkdtemp(prefix=temporary_prefix(name), dir=parent)
     try:
         yield tmp
         if os.path.lexists(final_path):
             # Move the old one aside first: os.rename cannot replace a non-empty directory.
-            trash = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
+            trash = tempfile.mkdtemp(prefix=temporary_prefix(name, ".old-"), dir=parent)
             os.rename(final_path, os.path.join(trash, name))
             os.rename(tmp, final_path)
             shutil.rmtree(trash, ignore_errors=True)

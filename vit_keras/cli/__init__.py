@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Each module `vit_keras.cli.<name>` defines `register(subparsers)`, which adds its parser and sets
@@ -32,18 +33,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def refuse_undecodable(parser: argparse.ArgumentParser, argv) -> None:
+    """Stop with an argparse error (exit code 2) when an argument is not valid UTF-8.
+
+    Python hands such bytes (e.g. a file name with byte 0xff) over as lone surrogates, which TensorFlow's file
+    functions and the terminal cannot encode: they would fail later with a UnicodeEncodeError.
+
+    Example:
+        >>> refuse_undecodable(build_parser(), ["predict", "cat.jpg"])
+    """
+    for index, arg in enumerate(argv):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            flag = argv[index - 1] if index and argv[index - 1].startswith("-") else None
+            raw = os.fsencode(arg)
+            parser.error(
+                f"{'argument ' + flag if flag else 'the argument'} {raw!r} is not valid UTF-8 (the file "
+                f"system's bytes for that path); vit-keras reads and writes files through TensorFlow, which needs "
+                f"UTF-8 paths: rename the file or directory to a UTF-8 name (e.g. with convmv), or pass a link "
+                f"with a UTF-8 name."
+            )
+
+
 def main(argv=None) -> int:
-    """Entry point of the `vit-keras` console script.
+    """Entry point of the `vit-keras` console script: exit code 0 on success, 2 for a refused argument or input,
+    1 when the run failed (its output directory is in use, or the loss became NaN).
 
     Example:
         >>> main(["predict", "--help"])  # doctest: +SKIP
     """
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    refuse_undecodable(parser, argv)
+    args = parser.parse_args(argv)
+    from vit_keras.training.lock import OutputDirLockedError
+
     try:
         return int(args.func(args) or 0)
     except ValueError as error:
         print(f"vit-keras {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except OutputDirLockedError as error:
+        print(f"vit-keras {args.command}: error: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

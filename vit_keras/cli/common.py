@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 
+from vit_keras.cli.arguments import positive_int
 from vit_keras.configs import VARIANTS
 
 
@@ -23,8 +25,22 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--weights", default=None,
         help="a registered name (see vit_keras.list_weights()), a checkpoint file or directory, or a URL",
     )
-    parser.add_argument("--image-size", type=int, default=None, help="square input size (default: 224)")
-    parser.add_argument("--classes", type=int, default=1000, help="classes of the head (default: 1000)")
+    parser.add_argument("--image-size", type=positive_int, default=None, help="square input size (default: 224)")
+    parser.add_argument("--classes", type=positive_int, default=1000, help="classes of the head (default: 1000)")
+
+
+def add_keras_model_argument(parser: argparse.ArgumentParser, action: str) -> None:
+    """Add `--keras-model FILE.keras`: a whole saved model to `action`, instead of one `--model`/`--weights` build.
+
+    Example:
+        >>> p = argparse.ArgumentParser(); add_keras_model_argument(p, "export")
+        >>> p.parse_args(["--keras-model", "vit.keras"]).keras_model
+        'vit.keras'
+    """
+    parser.add_argument(
+        "--keras-model", default=None, metavar="FILE.keras",
+        help=f"a .keras file to {action} (loaded with safe_mode=True); otherwise --model/--weights build one",
+    )
 
 
 def build_model(args, **overrides):
@@ -38,3 +54,20 @@ def build_model(args, **overrides):
     kwargs = {**VARIANTS[args.model].model_kwargs(), **overrides}
     size = {} if args.image_size is None else {"image_size": args.image_size}  # None: 224 (not any size)
     return ViT(weights=args.weights, classes=args.classes, **size, **kwargs)
+
+
+def load_or_build_model(args):
+    """The model `--keras-model` names (loaded with `safe_mode=True`), else the one `build_model(args)` builds.
+
+    Example:
+        >>> load_or_build_model(parser.parse_args(["--keras-model", "vit.keras"]))  # doctest: +SKIP
+    """
+    if args.keras_model is None:
+        return build_model(args)
+    import keras
+
+    import vit_keras.layers  # noqa: F401  (registers the layers safe_mode loading needs)
+
+    if not os.path.isfile(args.keras_model):
+        raise ValueError(f"--keras-model {args.keras_model!r} does not exist")
+    return keras.models.load_model(args.keras_model, safe_mode=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from vit_keras.cli.common import add_model_arguments, build_model
+from vit_keras.cli.common import add_keras_model_argument, add_model_arguments, load_or_build_model
 from vit_keras.files import refuse_existing
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -34,10 +34,7 @@ def register(subparsers) -> None:
         "output", help="SavedModel base directory (TF Serving's model_base_path), .tflite file or .onnx file"
     )
     parser.add_argument("--format", required=True, choices=("saved_model", "tflite", "onnx"), dest="export_format")
-    parser.add_argument(
-        "--keras-model", default=None, metavar="FILE.keras",
-        help="a .keras file to export (loaded with safe_mode=True); otherwise --model/--weights build one",
-    )
+    add_keras_model_argument(parser, "export")
     add_model_arguments(parser)
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing SavedModel version directory, .tflite or .onnx file")
@@ -99,16 +96,57 @@ def _load_images(paths, size, limit=None):
     return np.stack([load_image(path, size) for path in image_files(paths)[:limit]])
 
 
-def _load_model(args):
-    if args.keras_model is None:
-        return build_model(args)
-    import keras
+def read_class_names(path: str) -> list[str]:
+    """The class names of a text file, one per line in class-index order; a `ValueError` names the file and line
+    of a blank line inside the list (it would shift every later label by one) or of a repeated name.
+    Blank lines after the last name are ignored.
 
-    import vit_keras.layers  # noqa: F401  (registers the layers safe_mode loading needs)
+    Example:
+        >>> read_class_names("labels.txt")  # doctest: +SKIP
+        ['cat', 'dog']
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except UnicodeDecodeError as error:
+        raise ValueError(f"--class-names {path!r} is not UTF-8 text ({error}); save it as UTF-8.") from None
+    except OSError as error:
+        raise ValueError(f"--class-names {path!r} cannot be read ({error.strerror}).") from None
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        raise ValueError(f"--class-names {path!r} holds no class names; write one name per line.")
+    first_line = {}
+    for number, name in enumerate(lines, start=1):
+        if not name.strip():
+            raise ValueError(
+                f"--class-names {path!r} line {number} is blank: line N names class N-1, so a blank line would "
+                "shift every later label by one. Remove the line (or write the missing class name there)."
+            )
+        if name in first_line:
+            raise ValueError(f"--class-names {path!r} line {number} repeats {name!r} from line {first_line[name]}; "
+                             "each class needs its own name.")
+        first_line[name] = number
+    return lines
 
-    if not os.path.isfile(args.keras_model):
-        raise ValueError(f"--keras-model {args.keras_model!r} does not exist")
-    return keras.models.load_model(args.keras_model, safe_mode=True)
+
+def refuse_keras_quantized(model, path) -> None:
+    """Raise a `ValueError` when `model` has layers quantized by Keras (`model.quantize("int8")` and the like):
+    the TFLite converter cannot lower their integer kernels, and would fail deep in MLIR.
+
+    Example:
+        >>> refuse_keras_quantized(vit_keras.ViT(image_size=32, patch_size=8), None)  # doctest: +SKIP
+    """
+    # _flatten_layers reaches the Dense layers inside the transformer blocks, which `model.layers` does not list.
+    modes = {getattr(layer, "quantization_mode", None) for layer in model._flatten_layers()} - {None}
+    if modes:
+        mode = sorted(modes)[0]
+        raise ValueError(
+            f"--keras-model {path!r} is quantized by Keras (model.quantize({mode!r})); TFLite cannot convert "
+            "Keras' quantized layers. Export the float model (before model.quantize) and let the converter "
+            "quantize it: --quantization dynamic_int8 (int8 weights, as model.quantize('int8')), or int8 with "
+            "--calibration-images."
+        )
 
 
 def _mib(size_bytes) -> str:
@@ -130,10 +168,15 @@ def run(args) -> int:
         raise ValueError(f"the TFLite output should be a .tflite file, got {args.output!r}")
     if args.export_format == "tflite" and args.quantization == "int8" and not args.calibration_images:
         raise ValueError("--quantization int8 needs --calibration-images (about 100 training images)")
+    if args.export_format != "saved_model" and args.class_names:
+        raise ValueError("--class-names applies to --format saved_model only")
     if args.export_format in ("tflite", "onnx"):
         refuse_existing(args.output, args.overwrite, "--overwrite")  # before the model is built and converted
+    class_names = read_class_names(args.class_names) if args.class_names else None  # before the model is built
 
-    model = _load_model(args)
+    model = load_or_build_model(args)
+    if args.export_format == "tflite":
+        refuse_keras_quantized(model, args.keras_model)
     spec = export.describe_model(model)
     size = spec.image_size
     if args.check_images:
@@ -145,10 +188,6 @@ def run(args) -> int:
         where = f"{count} random images (pass --check-images for real ones)"
 
     if args.export_format == "saved_model":
-        class_names = None
-        if args.class_names:
-            with open(args.class_names, encoding="utf-8") as f:
-                class_names = [line.rstrip("\n") for line in f if line.strip()]
         path = export.saved_model(
             model, args.output, version=args.version, class_names=class_names, top_k=args.top_k,
             overwrite=args.overwrite,

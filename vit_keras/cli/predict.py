@@ -1,10 +1,15 @@
-"""`vit-keras predict IMAGE...`: classify image files and print the top classes."""
+"""`vit-keras predict IMAGE...`: classify image files and print the top classes.
+
+Images are decoded and classified `--batch-size` at a time and each batch's classes are printed as soon as it is
+done, so memory stays flat however many images are given.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from vit_keras.cli.common import add_model_arguments, build_model
+from vit_keras.cli.arguments import positive_int
+from vit_keras.cli.common import add_keras_model_argument, add_model_arguments, load_or_build_model
 
 
 def register(subparsers) -> None:
@@ -18,7 +23,11 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("predict", help="classify images with a ViT", description=__doc__)
     parser.add_argument("images", nargs="+", help="image files (JPEG, PNG, BMP, GIF)")
     add_model_arguments(parser)
-    parser.add_argument("--top", type=int, default=5, help="how many classes to print per image")
+    add_keras_model_argument(parser, "classify with")
+    parser.add_argument("--top", type=positive_int, default=5, help="how many classes to print per image")
+    parser.add_argument("--batch-size", type=positive_int, default=32,
+                        help="images decoded and classified at a time (default: 32); memory grows with it, not "
+                        "with the number of images")
     parser.add_argument("--random-weights", action="store_true",
                         help="run without --weights (untrained: the printed classes mean nothing)")
     parser.set_defaults(func=run)
@@ -37,34 +46,49 @@ def load_image(path: str, size):
     return read_image(path, size)
 
 
+def batches(items, size: int):
+    """Consecutive slices of `items` of `size` (the last one shorter).
+
+    Example:
+        >>> list(batches([1, 2, 3, 4, 5], 2))
+        [[1, 2], [3, 4], [5]]
+    """
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
 def run(args) -> int:
     import numpy as np
 
     from vit_keras.images import check_image_file
     from vit_keras.models import decode_predictions
 
-    for path in args.images:  # every file is checked before a model is built or weights downloaded
+    for path in args.images:  # every file is checked (header only) before a model is built or weights downloaded
         check_image_file(path)
-    if args.weights is None and not args.random_weights:
+    if args.keras_model is None and args.weights is None and not args.random_weights:
         raise ValueError(
             "no --weights given: an untrained model prints ImageNet labels at chance (0.001 each). Pass --weights "
-            "(a registered name such as imagenet21k+imagenet2012, a checkpoint file or a URL), or --random-weights "
-            "to run the untrained model anyway."
+            "(a registered name such as imagenet21k+imagenet2012, a checkpoint file or a URL), --keras-model (a "
+            "saved .keras model), or --random-weights to run the untrained model anyway."
         )
-    if args.weights is not None and args.random_weights:
-        raise ValueError("--random-weights and --weights contradict each other; pass one of them.")
-    model = build_model(args)
+    if args.random_weights and (args.weights is not None or args.keras_model is not None):
+        raise ValueError("--random-weights contradicts --weights and --keras-model; pass one of them.")
+    if args.keras_model is not None and args.weights is not None:
+        raise ValueError("--keras-model already holds its weights; pass --weights only with --model.")
+    model = load_or_build_model(args)
     if args.random_weights:
         print("warning: --random-weights: the model is untrained, its predictions are meaningless", file=sys.stderr)
     size = model.input_shape[1:3]
-    batch = np.stack([load_image(path, size) for path in args.images])
-    scores = model.predict_on_batch(batch)
-    if scores.shape[-1] == 1000:
-        rows = decode_predictions(scores, top=args.top)
-    else:
-        rows = [[("", str(i), float(s[i])) for i in np.argsort(-s)[: args.top]] for s in scores]
-    for path, row in zip(args.images, rows):
-        print(path)
-        for _, label, score in row:
-            print(f"  {score:8.4f}  {label}")
+    top = min(args.top, int(model.output_shape[-1]))
+    for paths in batches(args.images, args.batch_size):
+        scores = np.asarray(model.predict_on_batch(np.stack([load_image(path, size) for path in paths])))
+        if scores.shape[-1] == 1000:
+            rows = decode_predictions(scores, top=top)
+        else:
+            rows = [[("", str(i), float(s[i])) for i in np.argsort(-s)[:top]] for s in scores]
+        lines = []
+        for path, row in zip(paths, rows):
+            lines.append(path)
+            lines.extend(f"  {score:8.4f}  {label}" for _, label, score in row)
+        print("\n".join(lines), flush=True)
     return 0

@@ -21,8 +21,19 @@ from __future__ import annotations
 import argparse
 import json
 
+from vit_keras.cli.arguments import (
+    add_architecture_arguments,
+    add_data_arguments,
+    add_hardware_arguments,
+    add_output_dir_argument,
+    add_recipe_arguments,
+    architecture_overrides,
+    fraction,
+    number_in,
+    positive_int,
+    recipe_overrides,
+)
 from vit_keras.cli.common import add_model_arguments
-from vit_keras.training.config import PRECISIONS, SCHEDULES
 
 OBJECTIVES = ("masked-patch",)
 TARGET_CHOICES = {"mean-colour": "mean_colour", "downsized-colour": "downsized_colour", "pixels": "pixels"}
@@ -43,38 +54,30 @@ def register(subparsers) -> None:
     parser.add_argument("--objective", choices=OBJECTIVES, default="masked-patch",
                         help="masked-patch: the paper's BERT-style masked patch prediction (§4.6)")
     add_model_arguments(parser)
-    parser.add_argument("--patch-size", type=int, default=None, help="override the variant's patch size")
-    parser.add_argument("--num-layers", type=int, default=None, help="override the variant's depth")
+    add_architecture_arguments(parser)
     task = parser.add_argument_group("masked patch prediction (defaults: the paper's)")
     task.add_argument("--target", choices=sorted(TARGET_CHOICES), default="mean-colour",
                       help="mean-colour: 3-bit mean colour (512 classes); downsized-colour: the patch pooled to "
                       "--target-grid squared 3-bit colours; pixels: L2 regression of the patch")
-    task.add_argument("--target-grid", type=int, default=4, help="cells per side for downsized-colour (default 4)")
-    task.add_argument("--corruption-rate", type=float, default=0.5, help="share of patches corrupted (0.5)")
-    task.add_argument("--mask-rate", type=float, default=0.8, help="share of those given the [mask] embedding")
-    task.add_argument("--random-rate", type=float, default=0.1, help="share of those given another patch")
+    task.add_argument("--target-grid", type=positive_int, default=4,
+                      help="cells per side for downsized-colour (default 4)")
+    # 0 would corrupt no patch: nothing to predict, so nothing to learn.
+    task.add_argument("--corruption-rate", type=number_in(0, 1, low_open=True), default=0.5,
+                      help="share of patches corrupted, in (0, 1] (default 0.5)")
+    task.add_argument("--mask-rate", type=fraction, default=0.8, help="share of those given the [mask] embedding")
+    task.add_argument("--random-rate", type=fraction, default=0.1, help="share of those given another patch")
     data = parser.add_argument_group("data")
-    data.add_argument("--dataset", required=True, help="tfds name, e.g. imagenet2012, cifar10, vit_keras_digits")
-    data.add_argument("--data-dir", default=None, help="tfds data directory (default: ~/tensorflow_datasets)")
-    data.add_argument("--train-split", default="train", help="tfds split string (default: train)")
+    add_data_arguments(data, "imagenet2012, cifar10, vit_keras_digits")
     data.add_argument("--eval-split", default="", help="split whose pretext loss is evaluated each epoch")
     data.add_argument("--no-augment", action="store_true", help="plain resize: no random crop, no flip")
     recipe = parser.add_argument_group("recipe (defaults: the paper's; see vit_keras.training.masked_patch)")
-    recipe.add_argument("--steps", type=int, default=None, help="optimizer updates (paper: 1M)")
-    recipe.add_argument("--steps-per-epoch", type=int, default=None, help="updates between logs/checkpoints")
-    recipe.add_argument("--batch-size", type=int, default=None, help="global batch size per update (paper: 4096)")
-    recipe.add_argument("--accumulation-steps", type=int, default=None)
-    recipe.add_argument("--learning-rate", type=float, default=None, help="peak learning rate (paper: 2e-4)")
-    recipe.add_argument("--warmup-steps", type=int, default=None, help="default: 1%% of --steps, as the paper")
-    recipe.add_argument("--schedule", choices=SCHEDULES, default=None)
-    recipe.add_argument("--seed", type=int, default=None)
-    recipe.add_argument("--backup-every", type=int, default=None, help="steps between resume backups")
-    run = parser.add_argument_group("hardware")
-    run.add_argument("--tpu", default=None, help="'local', a TPU name or grpc:// address, or 'none'")
-    run.add_argument("--precision", choices=PRECISIONS, default=None)
-    run.add_argument("--no-xla", action="store_true", help="do not compile the train step with XLA")
-    parser.add_argument("--output-dir", required=True,
-                        help="logs/, checkpoints/, encoder.keras, backup/ and results.json go here")
+    add_recipe_arguments(recipe, {
+        "--steps": "optimizer updates (paper: 1M)", "--batch-size": "global batch size per update (paper: 4096)",
+        "--learning-rate": "peak learning rate (paper: 2e-4)",
+        "--warmup-steps": "default: 1%% of --steps, as the paper",
+    })
+    add_hardware_arguments(parser.add_argument_group("hardware"))
+    add_output_dir_argument(parser, "logs/, checkpoints/, encoder.keras, backup/ and results.json")
     parser.set_defaults(func=run_pretrain)
 
 
@@ -87,15 +90,7 @@ def config_from_args(args):
     """
     from vit_keras.training import masked_patch
 
-    overrides = {
-        "total_steps": args.steps, "steps_per_epoch": args.steps_per_epoch, "batch_size": args.batch_size,
-        "accumulation_steps": args.accumulation_steps, "learning_rate": args.learning_rate,
-        "warmup_steps": args.warmup_steps, "schedule": args.schedule, "seed": args.seed,
-        "backup_every": args.backup_every, "precision": args.precision, "image_size": args.image_size,
-    }
-    overrides = {key: value for key, value in overrides.items() if value is not None}
-    if args.no_xla:
-        overrides["jit_compile"] = False
+    overrides = recipe_overrides(args)
     if args.no_augment:
         overrides.update(crop="resize", flip=False)
     return masked_patch(**overrides)
@@ -106,11 +101,7 @@ def run_pretrain(args) -> int:
     from vit_keras.training import masked_patch_pretrain
 
     config = config_from_args(args)
-    overrides = {"dropout_rate": config.dropout_rate, "attention_dropout_rate": config.attention_dropout_rate}
-    if args.patch_size:
-        overrides["patch_size"] = args.patch_size
-    if args.num_layers:
-        overrides["num_layers"] = args.num_layers
+    overrides = architecture_overrides(args, config)
     args.image_size = args.image_size or 224
 
     def build():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -13,6 +14,7 @@ import numpy as np
 
 from vit_keras import data
 from vit_keras.training import callbacks as cb
+from vit_keras.training.lock import output_dir_lock
 from vit_keras.training.optim import make_optimizer
 from vit_keras.training.strategy import (
     is_chief,
@@ -303,39 +305,41 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
                          validation_fraction=validation_fraction, data_dir=data_dir, num_classes=num_classes,
                          verbose=verbose, callbacks=callbacks)
     strategy, plan = execution_plan(config, strategy, tpu)
-    train_split_data = _as_split(train_data, train_split, data_dir, num_classes)
-    validation = None if validation_data is None else _as_split(validation_data, validation_split, data_dir,
-                                                                 num_classes or train_split_data.num_classes)
+    # One run per output directory (the chief writes it; other workers write private scratch directories).
+    with output_dir_lock(output_dir) if is_chief(strategy) else contextlib.nullcontext():
+        train_split_data = _as_split(train_data, train_split, data_dir, num_classes)
+        validation = None if validation_data is None else _as_split(validation_data, validation_split, data_dir,
+                                                                     num_classes or train_split_data.num_classes)
 
-    keras.utils.set_random_seed(config.seed)
-    if config.deterministic:
-        tf.config.experimental.enable_op_determinism()
-    previous_policy = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(plan.policy)
-    try:
-        with strategy.scope():
-            model = build_model()
-        classes = int(model.output_shape[-1])
-        height, width = _check_model(model, config)
-        _check_dropout(model, config)
-        data.check_labels(train_split_data, classes)
-        if validation is not None:
-            data.check_labels(validation, classes)
+        keras.utils.set_random_seed(config.seed)
+        if config.deterministic:
+            tf.config.experimental.enable_op_determinism()
+        previous_policy = keras.config.dtype_policy()
+        keras.config.set_dtype_policy(plan.policy)
+        try:
+            with strategy.scope():
+                model = build_model()
+            classes = int(model.output_shape[-1])
+            height, width = _check_model(model, config)
+            _check_dropout(model, config)
+            data.check_labels(train_split_data, classes)
+            if validation is not None:
+                data.check_labels(validation, classes)
 
-        from_logits = not _outputs_probabilities(model)
-        with strategy.scope():
-            model.compile(
-                optimizer=make_optimizer(config),
-                loss=keras.losses.CategoricalCrossentropy(from_logits=from_logits,
-                                                          label_smoothing=config.label_smoothing),
-                metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
-                         keras.metrics.TopKCategoricalAccuracy(k=min(5, classes), name="top5_accuracy")],
-                jit_compile=plan.jit_compile,
-            )
-        return _fit(model, strategy, plan, config, train_split_data, validation, classes, (height, width),
-                    output_dir, verbose, list(callbacks))
-    finally:
-        keras.config.set_dtype_policy(previous_policy)
+            from_logits = not _outputs_probabilities(model)
+            with strategy.scope():
+                model.compile(
+                    optimizer=make_optimizer(config),
+                    loss=keras.losses.CategoricalCrossentropy(from_logits=from_logits,
+                                                              label_smoothing=config.label_smoothing),
+                    metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
+                             keras.metrics.TopKCategoricalAccuracy(k=min(5, classes), name="top5_accuracy")],
+                    jit_compile=plan.jit_compile,
+                )
+            return _fit(model, strategy, plan, config, train_split_data, validation, classes, (height, width),
+                        output_dir, verbose, list(callbacks))
+        finally:
+            keras.config.set_dtype_policy(previous_policy)
 
 
 def _fit(model, strategy, plan, config, train_split_data, validation, classes, size, output_dir, verbose,

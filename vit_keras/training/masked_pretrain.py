@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -25,6 +26,7 @@ from vit_keras import data
 from vit_keras.files import atomic_file
 from vit_keras.training import callbacks as cb
 from vit_keras.training.config import TrainConfig
+from vit_keras.training.lock import output_dir_lock
 from vit_keras.training.loop import execution_plan, fit_segments, resume_run, write_text
 from vit_keras.training.masked_patch import MaskedPatchModel
 from vit_keras.training.optim import make_optimizer
@@ -174,29 +176,31 @@ def masked_patch_pretrain(build_encoder, train_data, config: TrainConfig | None 
     if not isinstance(config, TrainConfig):
         raise ValueError(f"`config` must be a TrainConfig (e.g. training.masked_patch(...)), got {type(config)}.")
     strategy, plan = execution_plan(config, strategy, tpu)
-    train_images = image_split(train_data, train_split, data_dir=data_dir)
-    validation = None if validation_data is None else image_split(validation_data, validation_split,
-                                                                  data_dir=data_dir)
+    # One run per output directory (the chief writes it; other workers write private scratch directories).
+    with output_dir_lock(output_dir) if is_chief(strategy) else contextlib.nullcontext():
+        train_images = image_split(train_data, train_split, data_dir=data_dir)
+        validation = None if validation_data is None else image_split(validation_data, validation_split,
+                                                                      data_dir=data_dir)
 
-    keras.utils.set_random_seed(config.seed)
-    if config.deterministic:
-        tf.config.experimental.enable_op_determinism()
-    previous_policy = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(plan.policy)
-    try:
-        with strategy.scope():
-            encoder = build_encoder()
-            if not isinstance(encoder, keras.Model):
-                raise ValueError("`build_encoder` must return a vit_keras.ViT model (e.g. include_top=False).")
-            size = _check_model(encoder, config)
-            _check_dropout(encoder, config)
-            model = MaskedPatchModel(encoder, target=target, corruption_rate=corruption_rate, mask_rate=mask_rate,
-                                     random_rate=random_rate, target_grid=target_grid, seed=config.seed,
-                                     name="masked_patch_model")
-            model.compile(optimizer=make_optimizer(config), jit_compile=plan.jit_compile)
-        return _fit(model, strategy, plan, config, train_images, validation, size, output_dir, verbose)
-    finally:
-        keras.config.set_dtype_policy(previous_policy)
+        keras.utils.set_random_seed(config.seed)
+        if config.deterministic:
+            tf.config.experimental.enable_op_determinism()
+        previous_policy = keras.config.dtype_policy()
+        keras.config.set_dtype_policy(plan.policy)
+        try:
+            with strategy.scope():
+                encoder = build_encoder()
+                if not isinstance(encoder, keras.Model):
+                    raise ValueError("`build_encoder` must return a vit_keras.ViT model (e.g. include_top=False).")
+                size = _check_model(encoder, config)
+                _check_dropout(encoder, config)
+                model = MaskedPatchModel(encoder, target=target, corruption_rate=corruption_rate, mask_rate=mask_rate,
+                                         random_rate=random_rate, target_grid=target_grid, seed=config.seed,
+                                         name="masked_patch_model")
+                model.compile(optimizer=make_optimizer(config), jit_compile=plan.jit_compile)
+            return _fit(model, strategy, plan, config, train_images, validation, size, output_dir, verbose)
+        finally:
+            keras.config.set_dtype_policy(previous_policy)
 
 
 def _fit(model, strategy, plan, config, train_images, validation, size, output_dir, verbose):

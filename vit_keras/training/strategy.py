@@ -52,17 +52,41 @@ def connect_tpu(tpu: str = "local"):
         >>> strategy = connect_tpu("local")  # doctest: +SKIP
     """
     tf = _tf()
+    forms = "on a TPU VM pass tpu='local', otherwise the TPU's name or grpc://host:port address, or 'none'"
+    if tpu.startswith("grpc://"):
+        _check_reachable(tpu, forms)  # TensorFlow waits for an unreachable address for ever
     try:
+        # A name is looked up through the GCE metadata server and the Cloud TPU API: URLError (an OSError) off GCP.
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
-    except (ValueError, RuntimeError) as error:
-        raise ValueError(
-            f"No TPU could be resolved from {tpu!r} ({error}); on a TPU VM pass tpu='local', otherwise the "
-            "TPU's name or grpc:// address."
-        ) from error
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, OSError) as error:
+        raise ValueError(f"No TPU could be resolved from {tpu!r} ({error}); {forms}.") from error
+    try:
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except tf.errors.OpError as error:  # e.g. tpu='local' on a machine without a TPU
+        raise ValueError(f"No TPU found at {tpu!r} ({error.message.split('. ')[0]}); {forms}.") from error
     logger.info("Connected to TPU %r with %d cores.", tpu, resolver.num_accelerators().get("TPU", 0))
     return tf.distribute.TPUStrategy(resolver)
+
+
+TPU_CONNECT_TIMEOUT_S = 20  # a TPU node answers a TCP connection at once; a wrong address never does
+
+
+def _check_reachable(address: str, forms: str) -> None:
+    import socket
+    import urllib.parse
+
+    parsed = urllib.parse.urlsplit(address)
+    try:
+        port = parsed.port
+    except ValueError:
+        port = None
+    if not parsed.hostname or port is None:
+        raise ValueError(f"TPU address {address!r} is not grpc://host:port; {forms}.")
+    try:
+        socket.create_connection((parsed.hostname, port), timeout=TPU_CONNECT_TIMEOUT_S).close()
+    except OSError as error:
+        raise ValueError(f"No TPU answers at {address!r} ({error}); {forms}.") from error
 
 
 def on_tpu_vm() -> bool:
