@@ -272,3 +272,23 @@ def test_bad_part_names_are_refused_by_name():
     block = TransformerBlock(HEADS, HIDDEN, rope="interleaved")
     with pytest.raises(ValueError, match="called without RoPE tables"):
         block(keras.ops.zeros((1, 5, D)))
+
+
+def test_a_model_of_any_size_computes_its_tables_in_the_graph():
+    """Patch grid unknown until run time: the tables come from the runtime grid; the last block computes its first 3
+    tokens only (class token + 2 rotated patch tokens) and equals the full computation's first rows."""
+    patches, tokens = keras.Input((None, None, 4)), keras.Input((None, D))
+    options = dict(mlp="swiglu", rope="interleaved", num_prefix_tokens=1)
+    tables = RotaryEmbedding2D(HEAD_DIM, "interleaved", ref_grid_size=(4, 4), grid_indexing="xy")(patches)
+    first, last = TransformerBlock(HEADS, HIDDEN, **options), TransformerBlock(HEADS, HIDDEN, query_tokens=3, **options)
+    model = keras.Model([tokens, patches], last(first(tokens, rope=tables), rope=tables))
+    full = TransformerBlock(HEADS, HIDDEN, **options)
+    full.build((None, None, D))
+    full.set_weights(last.get_weights())
+    for grid in [(3, 5), (4, 4)]:
+        x = _inputs((2, 1 + grid[0] * grid[1], D))
+        constants = RotaryEmbedding2D(HEAD_DIM, "interleaved", ref_grid_size=(4, 4), grid_indexing="xy")(
+            np.zeros((1, *grid, 1), "float32"))
+        expected = _run_block(full, keras.ops.convert_to_numpy(first(x, rope=constants)), constants)[:, :3]
+        actual = model.predict([x, np.zeros((2, *grid, 4), "float32")], verbose=0)
+        np.testing.assert_allclose(actual, expected, rtol=TOL, atol=TOL)
