@@ -16,6 +16,7 @@ from safetensors.numpy import save_file
 
 import vit_keras
 from vit_keras.cli import main as cli_main
+from vit_keras.layers import RotaryEmbedding2D, TransformerBlock, checkpoint_variables
 from vit_keras.weights import hf, rules, schema, timm
 from vit_keras.weights.assign import model_slots
 from vit_keras.weights.safetensors_io import read_safetensors
@@ -142,6 +143,21 @@ _MODELS = [
 ]
 
 
+def _part_names():
+    """The names of the block parts a ViTConfig does not select yet (SwiGLU, RMSNorm, RoPE-Mixed), as a block and a
+    `rope` layer of a model would declare them."""
+    names = set()
+    for kwargs in (dict(mlp="swiglu", mlp_norm="layernorm"), dict(mlp="swiglu_packed", norm="rmsnorm")):
+        block = TransformerBlock(3, 96, **kwargs)
+        block.build((None, 5, 48))
+        names |= {f"{schema.BLOCK.format(i=0)}/{name}" for name in checkpoint_variables(block)}
+    rope = RotaryEmbedding2D(16, "mixed", grid_size=(2, 2), depth=2, num_heads=3)
+    rope.build((None, 5, 48))
+    names |= {f"rope/{name}" for name in checkpoint_variables(rope)}
+    assert all(schema.is_canonical(name) for name in names), sorted(n for n in names if not schema.is_canonical(n))
+    return names
+
+
 def test_the_schema_is_the_union_of_the_layers_checkpoint_names():
     """Every name a model declares is canonical, and every canonical template is declared by some model."""
     declared = set()
@@ -151,6 +167,7 @@ def test_the_schema_is_the_union_of_the_layers_checkpoint_names():
         assert all(schema.is_canonical(name) for name in names), sorted(n for n in names if not schema.is_canonical(n))
         declared |= names
         keras.backend.clear_session()
+    declared |= _part_names()
     for template in schema.CANONICAL_NAMES:
         regex = schema.template_regex(template)
         assert any(regex.match(name) for name in declared), template

@@ -8,6 +8,11 @@ from keras import ops
 from vit_keras.configs import ACTIVATIONS
 from vit_keras.layers.checkpoint import nested, plain
 from vit_keras.layers.dtypes import SublayerPolicies
+from vit_keras.layers.norms import NORMS, norm_layer
+from vit_keras.layers.rope import LAYOUTS, apply_rope, split_tables
+from vit_keras.layers.swiglu import SwiGLUBlock
+
+MLP_KINDS = ("gelu", "swiglu", "swiglu_packed")
 
 QUICK_GELU_SCALE = 1.702
 
@@ -40,7 +45,7 @@ class MlpBlock(SublayerPolicies, keras.layers.Layer):
     `"quick_gelu"` (OpenAI CLIP); the older `gelu_approximate=True/False` picks one of the first two.
 
     Example:
-        >>> MlpBlock(mlp_dim=32)(keras.ops.zeros((2, 5, 8))).shape
+        >>> tuple(MlpBlock(mlp_dim=32)(keras.ops.zeros((2, 5, 8))).shape)
         (2, 5, 8)
     """
 
@@ -92,7 +97,7 @@ class LayerScale(keras.layers.Layer):
     """A learned per-channel scale on a residual branch (CaiT/DINOv2 LayerScale; timm `ls1.gamma`).
 
     Example:
-        >>> LayerScale(init_value=0.5)(keras.ops.ones((1, 2, 4))).shape
+        >>> tuple(LayerScale(init_value=0.5)(keras.ops.ones((1, 2, 4))).shape)
         (1, 2, 4)
     """
 
@@ -139,6 +144,43 @@ class ProjectionAttention(keras.layers.MultiHeadAttention):
             self._use_bias = use_bias
 
 
+@keras.saving.register_keras_serializable(package="vit_keras")
+class RotaryAttention(ProjectionAttention):
+    """`ProjectionAttention` that rotates q and k of the patch tokens with 2-D RoPE tables after the projections.
+
+    Called as `attention(query, value, rope=tables)` with `[sin | cos]` tables from `RotaryEmbedding2D`; the first
+    `num_prefix_tokens` tokens (class token, registers) pass unrotated. Its variables are `ProjectionAttention`'s.
+
+    Example:
+        >>> import numpy as np
+        >>> mha = RotaryAttention(2, 4, layout="interleaved", num_prefix_tokens=1)
+        >>> y = mha(keras.ops.zeros((1, 5, 8)), keras.ops.zeros((1, 5, 8)), rope=np.zeros((4, 8), "float32"))
+        >>> tuple(y.shape)
+        (1, 5, 8)
+    """
+
+    def __init__(self, num_heads, key_dim, layout: str = "interleaved", num_prefix_tokens: int = 1, **kwargs):
+        super().__init__(num_heads, key_dim, **kwargs)
+        if layout not in LAYOUTS:
+            raise ValueError(f"`layout` must be one of {LAYOUTS}, got {layout!r}.")
+        self.layout = layout
+        self.num_prefix_tokens = int(num_prefix_tokens)
+
+    def call(self, query, value, key=None, rope=None, return_attention_scores=False, training=None):
+        if rope is None:
+            raise ValueError(f"RotaryAttention {self.name!r} needs its RoPE tables: call it with `rope=`.")
+        sin, cos = split_tables(rope)
+        query = apply_rope(self._query_dense(query), sin, cos, self.layout, self.num_prefix_tokens)
+        key = apply_rope(self._key_dense(value if key is None else key), sin, cos, self.layout, self.num_prefix_tokens)
+        value = self._value_dense(value)
+        output, scores = self._compute_attention(query, key, value, None, training, return_attention_scores)
+        output = self._output_dense(output)
+        return (output, scores) if return_attention_scores else output
+
+    def get_config(self):
+        return {**super().get_config(), "layout": self.layout, "num_prefix_tokens": self.num_prefix_tokens}
+
+
 def attention_checkpoint_variables(attention) -> dict:
     """The q/k/v/out variables of a `keras.layers.MultiHeadAttention` under vit_jax's names.
 
@@ -180,6 +222,17 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
     reads only the class token gives the same logits this way for about a twelfth of the block's work. Calling
     with `all_tokens=True` computes every token anyway (the attention maps of `vit_keras.inspection`).
 
+    Parts, chosen by name (the defaults are the paper's block, with its variables and names):
+
+    - `mlp`: `"gelu"` (`MlpBlock` with `activation`), `"swiglu"` (`SwiGLUBlock`, split gate/value kernels) or
+      `"swiglu_packed"` (one `Dense_0` holding [gate; value]); `mlp_norm` (`None`, `"layernorm"`, `"rmsnorm"`) adds a
+      norm on a SwiGLU's hidden layer (EVA-02's sub-LN), `mlp_bias=False` drops the SwiGLU's biases (AIMv2).
+    - `norm`: `"layernorm"` or `"rmsnorm"` for both block norms (their slots keep the names `LayerNorm_0`,
+      `LayerNorm_2`), with `layer_norm_epsilon`.
+    - `rope`: `None` or a 2-D RoPE layout (`"interleaved"`, `"rotate_half"`, `"mixed"`); the block is then called
+      with `rope=tables` from a `RotaryEmbedding2D` (computed once for all blocks) and rotates q and k of all but its
+      first `num_prefix_tokens` tokens. With `query_tokens` the queries are the first tokens of the rotated sequence.
+
     Example:
         >>> block = TransformerBlock(num_heads=2, mlp_dim=32)
         >>> y, scores = block(keras.ops.zeros((1, 5, 8)), return_attention_scores=True)
@@ -199,6 +252,12 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
         layer_scale: bool = False,
         query_tokens: int | None = None,
         qkv_bias: bool = True,
+        mlp: str = "gelu",
+        norm: str = "layernorm",
+        rope: str | None = None,
+        num_prefix_tokens: int = 1,
+        mlp_norm: str | None = None,
+        mlp_bias: bool = True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -216,20 +275,36 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
         if not isinstance(qkv_bias, bool):
             raise ValueError(f"`qkv_bias` must be True or False, got {qkv_bias!r}.")
         self.qkv_bias = qkv_bias
-        self.norm_1 = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm_0"
-        )
-        self.norm_2 = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm_2"
-        )
+        if mlp not in MLP_KINDS:
+            raise ValueError(f"`mlp` must be one of {MLP_KINDS}, got {mlp!r}.")
+        if norm not in NORMS:
+            raise ValueError(f"`norm` must be one of {NORMS}, got {norm!r}.")
+        if rope is not None and rope not in LAYOUTS:
+            raise ValueError(f"`rope` must be None or one of {LAYOUTS}, got {rope!r}.")
+        if mlp == "gelu" and (mlp_norm is not None or not mlp_bias):
+            raise ValueError("`mlp_norm` and `mlp_bias=False` apply to the SwiGLU MLPs only; pass mlp='swiglu' or "
+                             "'swiglu_packed', or leave them at None and True.")
+        if int(num_prefix_tokens) < 0:
+            raise ValueError(f"`num_prefix_tokens` must be 0 or more, got {num_prefix_tokens!r}.")
+        self.mlp_kind, self.norm_kind, self.rope = mlp, norm, rope
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.mlp_norm = mlp_norm
+        self.mlp_bias = bool(mlp_bias)
+        self.norm_1 = norm_layer(norm, self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm_0")
+        self.norm_2 = norm_layer(norm, self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm_2")
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
-        self.mlp = MlpBlock(
-            self.mlp_dim,
-            dropout_rate=self.dropout_rate,
-            activation=self.activation,
-            dtype=self.dtype_policy,
-            name="MlpBlock_3",
-        )
+        if mlp == "gelu":
+            self.mlp = MlpBlock(
+                self.mlp_dim,
+                dropout_rate=self.dropout_rate,
+                activation=self.activation,
+                dtype=self.dtype_policy,
+                name="MlpBlock_3",
+            )
+        else:
+            self.mlp = SwiGLUBlock(self.mlp_dim, packed=mlp == "swiglu_packed", norm=mlp_norm,
+                                   norm_epsilon=self.layer_norm_epsilon, use_bias=self.mlp_bias,
+                                   dropout_rate=self.dropout_rate, dtype=self.dtype_policy, name="MlpBlock_3")
         if self.layer_scale:
             self.scale_1 = LayerScale(dtype=self.dtype_policy, name="LayerScale_1")
             self.scale_3 = LayerScale(dtype=self.dtype_policy, name="LayerScale_3")
@@ -241,7 +316,9 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
                 f"hidden_size {hidden_size} is not divisible by num_heads {self.num_heads}; "
                 f"choose num_heads among the divisors of {hidden_size}."
             )
-        self.attention = ProjectionAttention(
+        rope = {} if self.rope is None else {"layout": self.rope, "num_prefix_tokens": self.num_prefix_tokens}
+        self.attention = (ProjectionAttention if self.rope is None else RotaryAttention)(
+            **rope,
             num_heads=self.num_heads,
             key_dim=hidden_size // self.num_heads,
             use_bias=self.qkv_bias,
@@ -259,16 +336,23 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
             self.scale_1.build(query_shape)
             self.scale_3.build(query_shape)
 
-    def call(self, x, training=None, return_attention_scores=False, all_tokens=False):
+    def call(self, x, training=None, return_attention_scores=False, all_tokens=False, rope=None):
+        if (rope is None) != (self.rope is None):
+            raise ValueError(
+                f"TransformerBlock {self.name!r} was built with rope={self.rope!r} but called with"
+                f"{'out' if rope is None else ''} RoPE tables; pass `rope=` the output of a RotaryEmbedding2D exactly "
+                "when the block has a RoPE layout."
+            )
+        rotary = {} if rope is None else {"rope": rope}
         y = self.norm_1(x)
         query = y
         if self.query_tokens is not None and not all_tokens:
             # LayerNorm is per token, so normalising the whole sequence once serves the keys, values and queries.
             x, query = x[:, : self.query_tokens], y[:, : self.query_tokens]
         if return_attention_scores:
-            y, scores = self.attention(query, y, return_attention_scores=True, training=training)
+            y, scores = self.attention(query, y, return_attention_scores=True, training=training, **rotary)
         else:
-            y = self.attention(query, y, training=training)
+            y = self.attention(query, y, training=training, **rotary)
         y = self.dropout(y, training=training)
         x = x + (self.scale_1(y) if self.layer_scale else y)
         y = self.mlp(self.norm_2(x), training=training)
@@ -302,4 +386,10 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
             "layer_scale": self.layer_scale,
             "query_tokens": self.query_tokens,
             "qkv_bias": self.qkv_bias,
+            "mlp": self.mlp_kind,
+            "norm": self.norm_kind,
+            "rope": self.rope,
+            "num_prefix_tokens": self.num_prefix_tokens,
+            "mlp_norm": self.mlp_norm,
+            "mlp_bias": self.mlp_bias,
         }

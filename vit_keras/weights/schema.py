@@ -6,6 +6,8 @@ The layers declare the same names for their variables (`vit_keras.layers.checkpo
 agree, and every reader's table is checked against this list when it is made, so a mistyped target fails at import
 time, not as a half-loaded model.
 
+RMSNorms fill the same norm slots as LayerNorms and declare a `scale` only.
+
 Layouts (the vit_jax ones): dense kernels `(in, out)`; the patch kernel `(P, P, C, D)`; q/k/v kernels
 `(D, heads, D/heads)` with `(heads, D/heads)` biases; the attention output kernel `(heads, D/heads, D)`; tokens
 and the position table `(1, n, D)`; norms `scale`/`bias` vectors.
@@ -31,6 +33,10 @@ BLOCK_NORM_2 = BLOCK + "/LayerNorm_2"
 BLOCK_ATTENTION = BLOCK + "/MultiHeadDotProductAttention_1"
 BLOCK_MLP_IN = BLOCK + "/MlpBlock_3/Dense_0"
 BLOCK_MLP_OUT = BLOCK + "/MlpBlock_3/Dense_1"
+BLOCK_MLP_GATE = BLOCK + "/MlpBlock_3/Dense_0_gate"  # SwiGLU split form; the packed form's [gate; value] is Dense_0
+BLOCK_MLP_VALUE = BLOCK + "/MlpBlock_3/Dense_0_value"
+BLOCK_MLP_NORM = BLOCK + "/MlpBlock_3/norm"  # the norm on a SwiGLU's hidden layer (EVA-02's sub-LN)
+ROPE_FREQS = "rope/freqs"  # RoPE-Mixed's learned frequencies (2, depth, heads, head_dim/2)
 BLOCK_SCALE_1 = BLOCK + "/LayerScale_1"
 BLOCK_SCALE_2 = BLOCK + "/LayerScale_3"
 ENCODER_NORM = "Transformer/encoder_norm"
@@ -63,6 +69,10 @@ CANONICAL_NAMES: tuple[str, ...] = (
     *_names(BLOCK_NORM_1, _NORM), *_names(BLOCK_NORM_2, _NORM), *_attention(BLOCK_ATTENTION),
     *_names(BLOCK_MLP_IN, _DENSE), *_names(BLOCK_MLP_OUT, _DENSE),
     f"{BLOCK_SCALE_1}/scale", f"{BLOCK_SCALE_2}/scale",
+    # SwiGLUBlock (in the MlpBlock_3 slot)
+    *_names(BLOCK_MLP_GATE, _DENSE), *_names(BLOCK_MLP_VALUE, _DENSE), *_names(BLOCK_MLP_NORM, _NORM),
+    # RotaryEmbedding2D ("mixed" layout)
+    ROPE_FREQS,
     # the final norm over every token, or after pooling
     *_names(ENCODER_NORM, _NORM), *_names("fc_norm", _NORM),
     # MAPHead

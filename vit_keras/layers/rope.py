@@ -1,0 +1,290 @@
+"""2-D rotary position embeddings (RoPE) of the 2025-26 ViTs, applied to q and k of the patch tokens only.
+
+Three layouts (timm 1.0.31 `pos_embed_sincos.py`; transformers' DINOv3 computes the second the same way):
+
+- `"interleaved"` (EVA-02, PE, RoPE-ViT axial, timm SBB; timm `RotaryEmbeddingCat`): integer patch positions
+  (+ `grid_offset`), rescaled `t · ref / size` when `ref_grid_size` is set, bands `θ^(-4i/D_h)`, the two axes'
+  angles concatenated and each value repeated twice; `rotated(x) = [-x1, x0, -x3, x2, ...]`.
+- `"rotate_half"` (DINOv3; timm `RotaryEmbeddingDinoV3`): patch centres `(k + 0.5 + offset) / n` mapped to [-1, 1]
+  per axis, angles `2π · c / θ^(4i/D_h)`, tiled `[a, a]`; `rotated(x) = [-x_2nd_half, x_1st_half]`. Evaluated as at
+  inference upstream: no coordinate augmentation.
+- `"mixed"` (RoPE-Mixed; timm `RotaryEmbeddingMixed`): learned frequencies `freqs` `(2, depth, heads, D_h/2)`,
+  angle `c0 · f0 + c1 · f1` per layer and head, interleaved rotation.
+
+`grid_indexing="ij"` orders the coordinates (row, column); `"xy"` (PE, RoPE-ViT, timm's mixed default) (column,
+row). The tokens stay row-major either way.
+
+A `RotaryEmbedding2D` layer computes the tables once per call of the model and every block takes them: for a fixed
+grid they are numpy constants (XLA folds them; a TFLite file carries no Range/Tile ops), for a model of any size
+they are computed in the graph from the runtime grid. The tables are `[sin | cos]` concatenated on the last axis,
+`(N, 2·D_h)`, or per block `(N, heads, 2·D_h)` for `"mixed"`.
+
+Example:
+    >>> tables = rope_tables(8, "interleaved", (2, 3))
+    >>> tables.shape
+    (6, 16)
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from vit_keras.layers.checkpoint import plain
+
+LAYOUTS = ("interleaved", "rotate_half", "mixed")
+GRID_INDEXING = ("ij", "xy")
+# The sources' θ: 1e4 for EVA-02 / PE / SBB (timm's default), 100 for DINOv3, 10 for the RoPE-Mixed initialisation.
+DEFAULT_TEMPERATURE = {"interleaved": 10000.0, "rotate_half": 100.0, "mixed": 10.0}
+
+
+def _check(head_dim, layout, grid_indexing):
+    if layout not in LAYOUTS:
+        raise ValueError(f"`rope` layout must be one of {LAYOUTS}, got {layout!r}.")
+    if grid_indexing not in GRID_INDEXING:
+        raise ValueError(f"`grid_indexing` must be one of {GRID_INDEXING}, got {grid_indexing!r}.")
+    if int(head_dim) % 4:
+        raise ValueError(f"2-D RoPE needs a head width divisible by 4 (two axes, sin/cos pairs), got {head_dim}; "
+                         "choose hidden_size / num_heads accordingly.")
+
+
+def _axis_positions(xp, size, layout, offset, ref):
+    """One axis' positions in float32, in timm's order of operations (so the rounding matches)."""
+    float_size = np.float32(size) if xp is np else ops.cast(size, "float32")
+    t = xp.arange(size, dtype="float32")
+    if layout == "rotate_half":
+        return 2.0 * ((t + 0.5 + offset) / float_size) - 1.0
+    t = t + offset
+    if ref is not None:
+        t = t / float_size * float(ref)
+    return t
+
+
+def rope_coordinates(xp, grid, layout, grid_offset=0.0, ref_grid_size=None, grid_indexing="ij"):
+    """The two coordinate channels `(c0, c1)`, each `(H·W,)` in row-major token order, for `grid = (H, W)`.
+
+    `xp` is `numpy` (constants for a fixed grid) or `keras.ops` (sizes known at run time only).
+
+    Example:
+        >>> [c.tolist() for c in rope_coordinates(np, (2, 2), "interleaved", grid_indexing="xy")]
+        [[0.0, 1.0, 0.0, 1.0], [0.0, 0.0, 1.0, 1.0]]
+    """
+    height, width = grid
+    ref_h, ref_w = (None, None) if ref_grid_size is None else ref_grid_size
+    y = _axis_positions(xp, height, layout, grid_offset, ref_h)
+    x = _axis_positions(xp, width, layout, grid_offset, ref_w)
+    yy = xp.reshape(xp.reshape(y, (-1, 1)) + xp.zeros_like(xp.reshape(x, (1, -1))), (-1,))
+    xx = xp.reshape(xp.zeros_like(xp.reshape(y, (-1, 1))) + xp.reshape(x, (1, -1)), (-1,))
+    return (yy, xx) if grid_indexing == "ij" else (xx, yy)
+
+
+def _bands(head_dim, temperature):
+    """Interleaved layout's per-axis frequencies `θ^(-4i/D_h)`, float32 `(D_h/4,)`, as timm computes them."""
+    num = head_dim // 4
+    return np.float32(1.0) / np.float32(temperature) ** (np.arange(num, dtype=np.float32) / np.float32(num))
+
+
+def _angles(xp, coords, head_dim, layout, temperature):
+    """`(N, D_h/2)` angles, the axes concatenated (c0's bands, then c1's)."""
+    num = head_dim // 4
+    if layout == "rotate_half":
+        periods = np.float32(temperature) ** (2.0 * np.arange(num, dtype=np.float32) / np.float32(head_dim // 2))
+        parts = [np.float32(2 * math.pi) * xp.reshape(c, (-1, 1)) / periods for c in coords]
+    else:
+        bands = _bands(head_dim, temperature)
+        parts = [xp.reshape(c, (-1, 1)) * bands for c in coords]
+    return xp.concatenate(parts, axis=-1)
+
+
+def _layout(xp, values, layout):
+    """Per-frequency values `(..., D_h/2)` to the `(..., D_h)` layout the rotation expects."""
+    if layout == "rotate_half":
+        return xp.concatenate([values, values], axis=-1)
+    return xp.repeat(values, 2, axis=-1)
+
+
+def rope_tables(head_dim, layout, grid, temperature=None, grid_offset=0.0, ref_grid_size=None, grid_indexing="ij",
+                xp=np):
+    """`[sin | cos]`, `(H·W, 2·head_dim)` float32, for the `"interleaved"` or `"rotate_half"` layout.
+
+    With `xp=numpy` (the default) the grid is a pair of ints and the result a numpy constant; with `xp=keras.ops`
+    the sizes may be tensors.
+
+    Example:
+        >>> t = rope_tables(4, "rotate_half", (1, 1)); t[0, 4:].tolist()  # cos of the centre (0, 0): all ones
+        [1.0, 1.0, 1.0, 1.0]
+    """
+    _check(head_dim, layout, grid_indexing)
+    if layout == "mixed":
+        raise ValueError("The 'mixed' layout's tables depend on its learned frequencies: use RotaryEmbedding2D.")
+    temperature = DEFAULT_TEMPERATURE[layout] if temperature is None else float(temperature)
+    coords = rope_coordinates(xp, grid, layout, grid_offset, ref_grid_size, grid_indexing)
+    angles = _angles(xp, coords, int(head_dim), layout, temperature)
+    return xp.concatenate([_layout(xp, xp.sin(angles), layout), _layout(xp, xp.cos(angles), layout)], axis=-1)
+
+
+def rotate(x, layout):
+    """The rotation partner of each channel: interleaved `[-x1, x0, -x3, x2, ...]` or `[-x_2nd, x_1st]`.
+
+    Example:
+        >>> rotate(keras.ops.convert_to_tensor([1.0, 2.0, 3.0, 4.0]), "interleaved").numpy().tolist()
+        [-2.0, 1.0, -4.0, 3.0]
+    """
+    if layout == "rotate_half":
+        first, second = ops.split(x, 2, axis=-1)
+        return ops.concatenate([-second, first], axis=-1)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return ops.reshape(ops.stack([-odd, even], axis=-1), ops.shape(x))
+
+
+def apply_rope(x, sin, cos, layout, num_prefix_tokens=0):
+    """Rotate the patch tokens of `x` `(batch, tokens, heads, head_dim)`; the first `num_prefix_tokens` pass as is.
+
+    `sin`/`cos` are `(N, head_dim)` (shared by the heads) or `(N, heads, head_dim)` (`"mixed"`), for the N patch
+    tokens of the whole grid. `x` may hold fewer tokens than `num_prefix_tokens + N` (the queries of a block that
+    computes its first tokens only): its patch tokens are the grid's first ones, and take the first rows. The
+    rotation is computed in the tables' dtype (float32) and cast back, as timm does.
+
+    Example:
+        >>> sin, cos = np.zeros((2, 4), "float32"), np.ones((2, 4), "float32")
+        >>> tuple(apply_rope(keras.ops.ones((1, 3, 1, 4)), sin, cos, "interleaved", 1).shape)
+        (1, 3, 1, 4)
+    """
+    dtype = x.dtype
+    sin, cos = ops.convert_to_tensor(sin), ops.convert_to_tensor(cos)
+    if len(sin.shape) == 2:
+        sin, cos = sin[:, None, :], cos[:, None, :]
+    prefix, patches = x[:, :num_prefix_tokens], x[:, num_prefix_tokens:]
+    tokens, rows = patches.shape[1], sin.shape[0]
+    if tokens is None or rows is None or tokens != rows:
+        count = ops.shape(patches)[1]
+        sin, cos = sin[:count], cos[:count]
+    patches = ops.cast(patches, sin.dtype)
+    patches = ops.cast(patches * cos + rotate(patches, "rotate_half" if layout == "rotate_half" else "interleaved")
+                       * sin, dtype)
+    if num_prefix_tokens == 0:
+        return patches
+    return ops.concatenate([prefix, patches], axis=1)
+
+
+def split_tables(tables):
+    """`[sin | cos]` tables to `(sin, cos)`.
+
+    Example:
+        >>> [t.shape for t in split_tables(np.zeros((3, 8)))]
+        [(3, 4), (3, 4)]
+    """
+    return ops.split(tables, 2, axis=-1) if not isinstance(tables, np.ndarray) else np.split(tables, 2, axis=-1)
+
+
+@keras.saving.register_keras_serializable(package="vit_keras")
+class RotaryEmbedding2D(keras.layers.Layer):
+    """The RoPE tables of a patch grid, computed once per model call for every block.
+
+    Call it on the patch grid `(batch, H, W, C)` (the unflattened patches of a model of any size: static H and W
+    give numpy constants, unknown ones in-graph tables) or, with `grid_size=(H, W)` set, on any tensor of the model
+    (the tables are then constants). It returns `[sin | cos]` `(H·W, 2·head_dim)`, or for `"mixed"` a list of
+    `depth` tables `(H·W, heads, 2·head_dim)`, one per block.
+
+    `"mixed"` holds the learned frequencies `freqs` `(2, depth, heads, head_dim/2)` (timm `rope.freqs`), initialised
+    as timm does (random rotation per layer and head of the θ-bands).
+
+    Example:
+        >>> rope = RotaryEmbedding2D(8, "interleaved", grid_size=(2, 3))
+        >>> tuple(rope(keras.ops.zeros((1, 7, 16))).shape)
+        (6, 16)
+    """
+
+    def __init__(self, head_dim: int, layout: str = "interleaved", grid_size=None, temperature=None,
+                 grid_offset: float = 0.0, ref_grid_size=None, grid_indexing: str = "ij", depth=None,
+                 num_heads=None, **kwargs):
+        super().__init__(**kwargs)
+        _check(head_dim, layout, grid_indexing)
+        self.head_dim = int(head_dim)
+        self.layout = layout
+        self.grid_size = None if grid_size is None else (int(grid_size[0]), int(grid_size[1]))
+        self.temperature = DEFAULT_TEMPERATURE[layout] if temperature is None else float(temperature)
+        self.grid_offset = float(grid_offset)
+        self.ref_grid_size = None if ref_grid_size is None else (int(ref_grid_size[0]), int(ref_grid_size[1]))
+        self.grid_indexing = grid_indexing
+        if layout == "mixed" and (depth is None or num_heads is None):
+            raise ValueError("The 'mixed' RoPE layout learns frequencies per block and head: pass `depth` and "
+                             "`num_heads`.")
+        if layout == "mixed" and self.ref_grid_size is not None:
+            raise ValueError("The 'mixed' RoPE layout uses integer patch positions: `ref_grid_size` must be None.")
+        self.depth = None if depth is None else int(depth)
+        self.num_heads = None if num_heads is None else int(num_heads)
+
+    def build(self, input_shape):
+        if self.layout == "mixed":
+            self.freqs = self.add_weight(name="freqs", shape=(2, self.depth, self.num_heads, self.head_dim // 2),
+                                         initializer=self._initial_freqs, dtype="float32")
+
+    def _initial_freqs(self, shape, dtype=None):
+        # timm `init_random_2d_freqs`: the θ-bands rotated by a random angle per layer and head.
+        magnitude = 1.0 / self.temperature ** (np.arange(0, self.head_dim, 4, dtype=np.float32) / self.head_dim)
+        angles = keras.random.uniform((self.depth, self.num_heads, 1), 0.0, 2 * math.pi)
+        fx = ops.concatenate([magnitude * ops.cos(angles), magnitude * ops.cos(angles + math.pi / 2)], axis=-1)
+        fy = ops.concatenate([magnitude * ops.sin(angles), magnitude * ops.sin(angles + math.pi / 2)], axis=-1)
+        return ops.cast(ops.stack([fx, fy]), dtype or "float32")
+
+    def _grid(self, x):
+        if self.grid_size is not None:
+            return self.grid_size
+        if len(x.shape) != 4:
+            raise ValueError(f"RotaryEmbedding2D {self.name!r} needs the patch grid (batch, H, W, C) or "
+                             f"`grid_size=(H, W)`; got a tensor of shape {tuple(x.shape)}.")
+        height, width = x.shape[1], x.shape[2]
+        if height is None or width is None:
+            shape = ops.shape(x)
+            return shape[1], shape[2]
+        return int(height), int(width)
+
+    def call(self, x):
+        grid = self._grid(x)
+        xp = np if all(isinstance(size, int) for size in grid) else ops
+        if self.layout != "mixed":
+            tables = rope_tables(self.head_dim, self.layout, grid, self.temperature, self.grid_offset,
+                                 self.ref_grid_size, self.grid_indexing, xp=xp)
+            return ops.convert_to_tensor(tables, "float32")
+        c0, c1 = (ops.convert_to_tensor(c, "float32")
+                  for c in rope_coordinates(xp, grid, "interleaved", self.grid_offset, None, self.grid_indexing))
+        freqs = ops.cast(self.freqs, "float32")
+        # (N, 1, 1) · (1, depth, heads, D_h/2) -> (N, depth, heads, D_h/2)
+        angles = c0[:, None, None, None] * freqs[0][None] + c1[:, None, None, None] * freqs[1][None]
+        tables = ops.concatenate([_layout(ops, ops.sin(angles), "interleaved"),
+                                  _layout(ops, ops.cos(angles), "interleaved")], axis=-1)
+        return [tables[:, i] for i in range(self.depth)]
+
+    def _num_positions(self, input_shape):
+        if self.grid_size is not None:
+            return self.grid_size[0] * self.grid_size[1]
+        if input_shape[1] is None or input_shape[2] is None:
+            return None
+        return input_shape[1] * input_shape[2]
+
+    def compute_output_shape(self, input_shape):
+        n = self._num_positions(input_shape)
+        if self.layout != "mixed":
+            return (n, 2 * self.head_dim)
+        return [(n, self.num_heads, 2 * self.head_dim) for _ in range(self.depth)]
+
+    def checkpoint_variables(self):
+        return {"freqs": plain(self.freqs)} if self.layout == "mixed" else {}
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "head_dim": self.head_dim,
+            "layout": self.layout,
+            "grid_size": self.grid_size,
+            "temperature": self.temperature,
+            "grid_offset": self.grid_offset,
+            "ref_grid_size": self.ref_grid_size,
+            "grid_indexing": self.grid_indexing,
+            "depth": self.depth,
+            "num_heads": self.num_heads,
+        }
