@@ -20,9 +20,9 @@ class Patches(keras.layers.Layer):
 
     Example:
         >>> x = keras.ops.zeros((2, 32, 48, 3))
-        >>> Patches(16)(x).shape
+        >>> tuple(Patches(16)(x).shape)
         (2, 6, 768)
-        >>> Patches(16, flatten=False)(x).shape
+        >>> tuple(Patches(16, flatten=False)(x).shape)
         (2, 2, 3, 768)
     """
 
@@ -164,7 +164,7 @@ def check_divisible(images, divisor: int, what: str):
     `None` height or width) gets a run-time assertion whose message names the divisor and the received size.
 
     Example:
-        >>> check_divisible(keras.ops.zeros((1, 32, 48, 3)), 16, "patch_size 16").shape
+        >>> tuple(check_divisible(keras.ops.zeros((1, 32, 48, 3)), 16, "patch_size 16").shape)
         (1, 32, 48, 3)
     """
     height, width = images.shape[1:3]
@@ -178,12 +178,19 @@ def check_divisible(images, divisor: int, what: str):
     import tensorflow as tf
 
     size = tf.shape(images)[1:3]
-    check = tf.debugging.Assert(
-        tf.reduce_all(tf.logical_and(tf.equal(size % divisor, 0), size >= divisor)),
-        [f"Image height and width must be positive multiples of {divisor} ({what}): the smallest image this "
-         f"model takes is {divisor}x{divisor}; resize the images. Received height and width:", size],
-    )
-    with tf.control_dependencies([check]):
+    checks = [
+        tf.debugging.Assert(
+            tf.reduce_all(size > 0),
+            [f"Image is empty (height or width 0); the smallest image this model takes is {divisor}x{divisor} "
+             f"({what}). Received height and width:", size],
+        ),
+        tf.debugging.Assert(
+            tf.reduce_all(tf.equal(size % divisor, 0)),
+            [f"Image height and width must be multiples of {divisor} ({what}); resize the images. Received height "
+             "and width:", size],
+        ),
+    ]
+    with tf.control_dependencies(checks):
         return tf.identity(images)
 
 
@@ -195,7 +202,7 @@ class ImageSizeCheck(keras.layers.Layer):
     size up silently: the stem's stride times the patch size must divide the image.
 
     Example:
-        >>> ImageSizeCheck(32, "the total stride 32")(keras.ops.zeros((1, 64, 96, 3))).shape
+        >>> tuple(ImageSizeCheck(32, "the total stride 32")(keras.ops.zeros((1, 64, 96, 3))).shape)
         (1, 64, 96, 3)
     """
 
