@@ -15,6 +15,7 @@ from vit_keras.layers import ImageSizeCheck, MAPHead, PatchEncoder, Patches, Res
 from vit_keras.layers.dtypes import check_model_dtype, policy_for
 from vit_keras.layers.encoder import CLASSIFIERS
 from vit_keras.layers.pooling import POOLINGS
+from vit_keras.model_class import VisionTransformer
 from vit_keras.preprocessing import preprocess_input  # noqa: F401 (re-exported: vit_keras.models.preprocess_input)
 
 DEFAULT_LAYER_NORM_EPSILON = 1e-6
@@ -296,7 +297,7 @@ def build_vit(
             x = head(x)
         if classifier_activation not in (None, "linear"):
             x = keras.layers.Activation(classifier_activation, dtype=float32("predictions"), name="predictions")(x)
-    return keras.Model(inputs, x, name=name or "vit")
+    return VisionTransformer(inputs, x, name=name or "vit")
 
 
 def config_of(model) -> ViTConfig:
