@@ -177,6 +177,10 @@ def test_models_are_vision_transformers_and_keras_files_keep_the_class(any_size,
     with pytest.raises(_refused(), match=_empty_refusal((1, 0, 16), 8)):
         loaded.predict(np.zeros((1, 0, 16, 3), np.float32), verbose=0)
     np.testing.assert_array_equal(loaded.predict(good, verbose=0), any_size.predict(good, verbose=0))
+    any_size.save(tmp_path / "any.h5")  # the legacy whole-model format names the class without its package
+    legacy = keras.models.load_model(tmp_path / "any.h5", compile=False)
+    assert type(legacy) is VisionTransformer
+    np.testing.assert_array_equal(legacy.predict(good, verbose=0), any_size.predict(good, verbose=0))
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="upstream Keras loses the weights on JAX only")

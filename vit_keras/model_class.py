@@ -62,3 +62,8 @@ def _state_kept(model):
         if sync is not None:
             sync()
         raise
+
+
+# A legacy whole-model .h5 file names the model's class without the package it is registered under; Keras's .h5
+# loader looks that bare name up among the custom objects.
+keras.saving.get_custom_objects()[VisionTransformer.__name__] = VisionTransformer
