@@ -1,9 +1,16 @@
 """Every mistake a user can make when building a model gets a ValueError that names the argument and the fix."""
 
+import json
+import os
+import re
+import shutil
+
 import keras
 import pytest
 
 import vit_keras
+from tests.conftest import TINY
+from vit_keras.models import build_vit
 
 
 @pytest.mark.parametrize(
@@ -77,3 +84,41 @@ def test_weights_file_of_unknown_format_names_the_supported_ones(tiny_kwargs, tm
 def test_decode_predictions_rejects_bad_top():
     with pytest.raises(ValueError, match="`top` must be a positive integer"):
         vit_keras.decode_predictions(keras.ops.zeros((1, 1000)), top=0)
+
+
+TIMM_DIR = os.path.join(os.path.dirname(__file__), "fixtures", "family", "timm_deit_distilled", "checkpoint")
+
+
+@pytest.mark.parametrize(
+    "field, values, message",
+    [
+        ("mean", [0.485, float("nan"), 0.406], r"pretrained_cfg mean\[1\] \(channel 1\) is nan; each channel's mean "
+                                               r"must be a finite number"),
+        ("mean", [float("inf"), 0.456, 0.406], r"pretrained_cfg mean\[0\] \(channel 0\) is inf"),
+        ("std", [0.229, 0.224, float("inf")], r"pretrained_cfg std\[2\] \(channel 2\) is inf; each channel's std "
+                                              r"must be a finite number > 0"),
+        ("std", [0.229, float("nan"), 0.225], r"pretrained_cfg std"),  # refused by the timm reader itself
+        ("std", [0.0, 0.224, 0.225], r"pretrained_cfg std must be positive"),
+    ],
+)
+def test_a_timm_config_with_a_normalisation_that_is_not_finite_is_refused(tmp_path, field, values, message):
+    """A NaN mean or an infinite std would make every output NaN or wrong, silently."""
+    directory = tmp_path / "timm"
+    shutil.copytree(TIMM_DIR, directory)
+    config_path = directory / "config.json"
+    config = json.loads(config_path.read_text())
+    config["pretrained_cfg"][field] = values
+    config_path.write_text(json.dumps(config))  # NaN and Infinity, as Python's json (and so timm) writes them
+    where = re.escape(repr(str(config_path)))
+    with pytest.raises(ValueError, match=where + ":? " + message):
+        vit_keras.from_pretrained(str(directory))
+    with pytest.raises(ValueError, match=where + ":? " + message):
+        vit_keras.ViT(image_size=32, classes=7, distilled=True, weights=str(directory), **TINY)
+
+
+def test_build_vit_refuses_a_normalisation_that_is_not_finite():
+    config = vit_keras.configs.ViTConfig(image_size=(32, 32), **TINY)
+    with pytest.raises(ValueError, match=r"`normalization` std\[1\] \(channel 1\) is -1.0; each channel's std must be "
+                                         r"a finite number > 0"):
+        build_vit(config, normalization=((0.5,) * 3, (0.5, -1.0, 0.5)))
+    assert build_vit(config, normalization=((0.5,) * 3, (0.25,) * 3), classes=2).output_shape == (None, 2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import numbers
+import os
 
 import keras
 import numpy as np
@@ -15,6 +16,7 @@ from vit_keras.layers import ImageSizeCheck, MAPHead, PatchEncoder, Patches, Res
 from vit_keras.layers.dtypes import check_model_dtype, policy_for
 from vit_keras.layers.encoder import CLASSIFIERS
 from vit_keras.layers.pooling import POOLINGS
+from vit_keras.model_class import VisionTransformer
 from vit_keras.preprocessing import preprocess_input  # noqa: F401 (re-exported: vit_keras.models.preprocess_input)
 
 DEFAULT_LAYER_NORM_EPSILON = 1e-6
@@ -134,27 +136,47 @@ def _head_tokens(config: ViTConfig, include_top, pooling) -> int:
     return 1 + int(config.distilled)
 
 
-def check_normalization(normalization):
-    """None (the paper's [-1, 1]), or per-channel `(mean, std)` of [0, 1] images, as timm's `pretrained_cfg`.
+def check_normalization(normalization, source=None):
+    """None (the paper's [-1, 1]), or per-channel `(mean, std)` of [0, 1] images, as timm's `pretrained_cfg`, with
+    finite means and finite positive stds: a NaN or infinite value would make every output NaN or wrong, silently.
+
+    `source`: the checkpoint directory whose config.json `pretrained_cfg` gave the values, named in the error.
 
     Example:
         >>> check_normalization(((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)))
         ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+        >>> check_normalization(((0.5, float("nan"), 0.5), (0.5,) * 3))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `normalization` mean[1] (channel 1) is nan; each channel's mean must be a finite number. ...
     """
     if normalization is None:
         return None
+    if source is None:
+        where, fix = "`normalization`", "pass finite means and finite positive stds, e.g. ((0.5,)*3, (0.5,)*3)"
+    else:
+        where = f"{os.path.join(source, weights_lib.timm.CONFIG_NAME)!r} pretrained_cfg"
+        fix = ("correct it in that file (timm's ImageNet values are mean (0.485, 0.456, 0.406), std (0.229, 0.224, "
+               "0.225))")
     try:
         mean, std = normalization
         mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
     except (TypeError, ValueError) as error:
-        raise ValueError(f"`normalization` must be (mean, std) per channel, e.g. ((0.5,)*3, (0.5,)*3), got "
+        raise ValueError(f"{where} must be (mean, std) per channel, e.g. ((0.5,)*3, (0.5,)*3), got "
                          f"{normalization!r}.") from error
-    if len(mean) != len(std) or not mean or not all(s > 0 for s in std):
-        raise ValueError(f"`normalization` needs as many means as positive stds, got {normalization!r}.")
+    if len(mean) != len(std) or not mean:
+        raise ValueError(f"{where} needs as many means as stds, got {normalization!r}.")
+    for name, values, valid, rule in (("mean", mean, np.isfinite, "a finite number"),
+                                      ("std", std, lambda s: np.isfinite(s) and s > 0, "a finite number > 0")):
+        for channel, value in enumerate(values):
+            if not valid(value):
+                raise ValueError(f"{where} {name}[{channel}] (channel {channel}) is {value}; each channel's {name} "
+                                 f"must be {rule}. Got {name} {values}; {fix}.")
     return mean, std
 
 
 def _preprocessing_layer(normalization, channels, dtype=None):
+    normalization = check_normalization(normalization)
     dtype = policy_for(dtype, "rescaling")
     if normalization is None or (set(normalization[0]) == {0.5} and set(normalization[1]) == {0.5}):
         return keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, dtype=dtype, name="rescaling")
@@ -296,7 +318,7 @@ def build_vit(
             x = head(x)
         if classifier_activation not in (None, "linear"):
             x = keras.layers.Activation(classifier_activation, dtype=float32("predictions"), name="predictions")(x)
-    return keras.Model(inputs, x, name=name or "vit")
+    return VisionTransformer(inputs, x, name=name or "vit")
 
 
 def config_of(model) -> ViTConfig:
@@ -492,7 +514,7 @@ def ViT(
     model = build_vit(
         config, include_top=include_top, pooling=pooling, classes=classes,
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
-        normalization=None if info is None else check_normalization(info.normalization),
+        normalization=None if info is None else check_normalization(info.normalization, source=info.path),
         input_tensor=input_tensor, channels=channels, name=name, input_size=(height, width) if any_size else None,
         dtype=dtype, head_tokens_only=head_tokens_only,
     )

@@ -105,8 +105,8 @@ def from_pretrained(
     model = build_vit(
         config, include_top=include_top, pooling=pooling, classes=classes if classes is not None else 1000,
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
-        normalization=check_normalization(info.normalization), input_tensor=input_tensor, name=name,
-        head_tokens_only=head_tokens_only,
+        normalization=check_normalization(info.normalization, source=info.path), input_tensor=input_tensor,
+        name=name, head_tokens_only=head_tokens_only,
     )
     weights_lib.load_into(model, info, interpolation=interpolation)
     return model

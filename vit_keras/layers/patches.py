@@ -20,9 +20,9 @@ class Patches(keras.layers.Layer):
 
     Example:
         >>> x = keras.ops.zeros((2, 32, 48, 3))
-        >>> Patches(16)(x).shape
+        >>> tuple(Patches(16)(x).shape)
         (2, 6, 768)
-        >>> Patches(16, flatten=False)(x).shape
+        >>> tuple(Patches(16, flatten=False)(x).shape)
         (2, 2, 3, 768)
     """
 
@@ -44,9 +44,12 @@ class Patches(keras.layers.Layer):
                 f"Patches needs a static image size to flatten the grid (got {input_shape}); pass `image_size` "
                 "when building the model, or use flatten=False."
             )
+        what = f"patch_size {self.patch_size}"
+        if 0 in (height, width):
+            raise ValueError(empty_error(height, width, self.patch_size, what))
         for label, size in (("height", height), ("width", width)):
             if size is not None and size % self.patch_size:
-                raise ValueError(size_error(label, size, self.patch_size, f"patch_size {self.patch_size}"))
+                raise ValueError(size_error(label, size, self.patch_size, what))
         self.grid_size = tuple(None if size is None else size // self.patch_size for size in (height, width))
         self.channels = channels
 
@@ -93,7 +96,7 @@ class Patches(keras.layers.Layer):
         p = self.patch_size
         if None in self.grid_size:
             images = check_divisible(images, p, f"patch_size {p}")
-        gh, gw = (ops.shape(images)[axis] // p if cells is None else cells
+        gh, gw = (_cells(ops.shape(images)[axis], p) if cells is None else cells
                   for axis, cells in zip((1, 2), self.grid_size))
         # The batch is taken from the input, never inferred by reshape: a wrong-sized image must fail, not
         # turn into a different number of rows.
@@ -116,56 +119,90 @@ class Patches(keras.layers.Layer):
         return {**super().get_config(), "patch_size": self.patch_size, "flatten": self.flatten}
 
 
+def _cells(size, patch_size: int):
+    """How many patches fit along a side: `size // patch_size`, and at least 1 for a size known only at run time.
+
+    A side of 0 then gets one row of patches, which cannot hold 0 pixels: the patch reshape fails where the run-time
+    assertion of `check_divisible` is dropped (XLA), instead of answering for an empty image.
+    """
+    if isinstance(size, int):
+        return size // patch_size  # a static size, checked before
+    return ops.maximum(size // patch_size, 1)
+
+
 def size_error(label: str, size: int, divisor: int, what: str) -> str:
     """The message for an image side that is not a multiple of what the model cuts it by.
 
     Example:
         >>> size_error("height", 36, 8, "patch_size 8")
         'Image height 36 is not divisible by patch_size 8; use 32 or 40 instead.'
+        >>> size_error("width", 5, 8, "patch_size 8")
+        'Image width 5 is not divisible by patch_size 8; use 8 instead.'
     """
     lower, upper = (size // divisor) * divisor, (size // divisor + 1) * divisor
-    return f"Image {label} {size} is not divisible by {what}; use {lower or upper} or {upper} instead."
+    sizes = f"{lower} or {upper}" if lower else f"{upper}"
+    return f"Image {label} {size} is not divisible by {what}; use {sizes} instead."
+
+
+def empty_error(height, width, divisor: int, what: str) -> str:
+    """The message for an image of height or width 0, which has no patch to compute on.
+
+    Example:
+        >>> empty_error(0, 16, 8, "patch_size 8").split(":")[0]
+        'Image size 0x16 (height x width) is empty; the smallest image this model takes is 8x8 (patch_size 8)'
+    """
+    height, width = ("any" if size is None else size for size in (height, width))
+    return (f"Image size {height}x{width} (height x width) is empty; the smallest image this model takes is "
+            f"{divisor}x{divisor} ({what}): pass images whose height and width are positive multiples of {divisor}.")
 
 
 def check_divisible(images, divisor: int, what: str):
-    """`images` `(batch, H, W, C)`, after checking that H and W are multiples of `divisor` (`what` names it).
+    """`images` `(batch, H, W, C)`, after checking that H and W are positive multiples of `divisor` (`what` names
+    it): 0 is a multiple of every divisor, but an empty image has no patch to compute on.
 
     A static size is checked here (a `ValueError`); a size unknown until run time (a TensorFlow graph traced with
     `None` height or width) gets a run-time assertion whose message names the divisor and the received size.
 
     Example:
-        >>> check_divisible(keras.ops.zeros((1, 32, 48, 3)), 16, "patch_size 16").shape
+        >>> tuple(check_divisible(keras.ops.zeros((1, 32, 48, 3)), 16, "patch_size 16").shape)
         (1, 32, 48, 3)
     """
-    unknown = False
-    for label, size in (("height", images.shape[1]), ("width", images.shape[2])):
-        if size is None:
-            unknown = True
-        elif size % divisor:
+    height, width = images.shape[1:3]
+    if 0 in (height, width):
+        raise ValueError(empty_error(height, width, divisor, what))
+    for label, size in (("height", height), ("width", width)):
+        if size is not None and size % divisor:
             raise ValueError(size_error(label, size, divisor, what))
-    if not unknown or keras.backend.backend() != "tensorflow":
+    if None not in (height, width) or keras.backend.backend() != "tensorflow":
         return images
     import tensorflow as tf
 
     size = tf.shape(images)[1:3]
-    check = tf.debugging.Assert(
-        tf.reduce_all(tf.equal(size % divisor, 0)),
-        [f"Image height and width must be multiples of {divisor} ({what}); resize the images. Received height "
-         "and width:", size],
-    )
-    with tf.control_dependencies([check]):
+    checks = [
+        tf.debugging.Assert(
+            tf.reduce_all(size > 0),
+            [f"Image is empty (height or width 0); the smallest image this model takes is {divisor}x{divisor} "
+             f"({what}). Received height and width:", size],
+        ),
+        tf.debugging.Assert(
+            tf.reduce_all(tf.equal(size % divisor, 0)),
+            [f"Image height and width must be multiples of {divisor} ({what}); resize the images. Received height "
+             "and width:", size],
+        ),
+    ]
+    with tf.control_dependencies(checks):
         return tf.identity(images)
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
 class ImageSizeCheck(keras.layers.Layer):
-    """Pass images through after checking that their height and width are multiples of `divisor`.
+    """Pass images through after checking that their height and width are positive multiples of `divisor`.
 
     It stands at the input of a hybrid built for any image size, whose ResNet stem would otherwise round an odd
     size up silently: the stem's stride times the patch size must divide the image.
 
     Example:
-        >>> ImageSizeCheck(32, "the total stride 32")(keras.ops.zeros((1, 64, 96, 3))).shape
+        >>> tuple(ImageSizeCheck(32, "the total stride 32")(keras.ops.zeros((1, 64, 96, 3))).shape)
         (1, 64, 96, 3)
     """
 
