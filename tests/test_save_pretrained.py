@@ -1,0 +1,178 @@
+"""`vit_keras.save_pretrained`: the readers' tables run backwards. Every family fixture (tests/fixtures/family,
+made by timm 1.0.31 / transformers 5.23.0) goes through from_pretrained -> save_pretrained -> timm.create_model +
+load_state_dict(strict=True) / transformers AutoModel (no missing or unexpected keys), and gives the fixture's
+expected output; a Keras fine-tune gives the same outputs in timm.
+
+Tolerance (the fixtures' README): max |diff| <= 5e-5 * max(1, max |reference|), and the same argmax.
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import timm
+import torch
+import transformers
+
+import vit_keras
+from vit_keras.weights import save as save_lib
+
+FAMILY = os.path.join(os.path.dirname(__file__), "fixtures", "family")
+HF_DIR = os.path.join(os.path.dirname(__file__), "fixtures", "hf_dir")
+TIMM_CASES = sorted(name for name in os.listdir(FAMILY) if name.startswith("timm_"))
+HF_CASES = sorted(name for name in os.listdir(FAMILY) if name.startswith("hf_"))
+TOLERANCE = 5e-5
+
+
+def _check(out, reference):
+    out, reference = np.asarray(out, np.float32), np.asarray(reference, np.float32)
+    assert out.shape == reference.shape
+    scale = max(1.0, float(np.abs(reference).max()))
+    assert np.abs(out - reference).max() <= TOLERANCE * scale, np.abs(out - reference).max()
+    np.testing.assert_array_equal(out.argmax(-1), reference.argmax(-1))
+
+
+def _meta(case):
+    with open(os.path.join(FAMILY, case, "meta.json")) as f:
+        return json.load(f)
+
+
+def _normalised(x, mean, std):
+    return ((x / 255.0 - np.asarray(mean)) / np.asarray(std)).astype(np.float32)
+
+
+def _nchw(x):
+    return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+
+
+def _timm_model(directory):
+    """What timm's own hf-hub loader does with the directory: create_model from config.json, strict load."""
+    from safetensors.torch import load_file
+
+    with open(os.path.join(directory, "config.json")) as f:
+        config = json.load(f)
+    model = timm.create_model(config["architecture"], pretrained=False, **config["model_args"])
+    model.load_state_dict(load_file(os.path.join(directory, "model.safetensors")), strict=True)
+    return model.eval(), config
+
+
+def _timm_logits(model, config, x_uint8_range):
+    cfg = config["pretrained_cfg"]
+    with torch.no_grad():
+        return model(_nchw(_normalised(x_uint8_range, cfg["mean"], cfg["std"]))).numpy()
+
+
+@pytest.mark.parametrize("case", TIMM_CASES)
+def test_timm_fixture_round_trips_through_timm(case, tmp_path):
+    meta = _meta(case)
+    model = vit_keras.from_pretrained(os.path.join(FAMILY, case, "checkpoint"), **meta["call"])
+    out = str(tmp_path / "timm")
+    assert vit_keras.save_pretrained(model, out, format="timm") == out
+    reference, config = _timm_model(out)
+    x = np.load(os.path.join(FAMILY, case, "input.npy")).astype(np.float32)
+    _check(_timm_logits(reference, config, x), np.load(os.path.join(FAMILY, case, "expected.npy")))
+    assert config["pretrained_cfg"]["mean"] == pytest.approx(meta["preprocess"]["mean"])
+    # ... and back: from_pretrained reads the same architecture off what was written.
+    again = vit_keras.from_pretrained(out, **meta["call"])
+    assert vit_keras.weights.model_config(again) == vit_keras.weights.model_config(model)
+
+
+def _hf_expected(case):
+    meta = _meta(case)
+    x = np.load(os.path.join(FAMILY, case, "input.npy")).astype(np.float32)
+    return meta, _normalised(x, meta["preprocess"]["mean"], meta["preprocess"]["std"]), np.load(
+        os.path.join(FAMILY, case, "expected.npy"))
+
+
+def _auto_model(directory, cls=transformers.AutoModel):
+    model, info = cls.from_pretrained(directory, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    return model.eval()
+
+
+@pytest.mark.parametrize("case", HF_CASES)
+def test_transformers_fixture_round_trips_through_timm_and_transformers(case, tmp_path):
+    meta, x, expected = _hf_expected(case)
+    model = vit_keras.from_pretrained(os.path.join(FAMILY, case, "checkpoint"), **meta["call"])
+    # transformers: the pooled output of AutoModel, loaded with no missing or unexpected keys.
+    hf_dir = vit_keras.save_pretrained(model, str(tmp_path / "hf"), format="transformers")
+    with torch.no_grad():
+        _check(_auto_model(hf_dir)(pixel_values=_nchw(x)).pooler_output.numpy(), expected)
+    again = vit_keras.from_pretrained(hf_dir, **meta["call"])
+    assert vit_keras.weights.model_config(again) == vit_keras.weights.model_config(model)
+    # timm: no head here, so timm's forward_head(pre_logits=True) is the pooled, normalised token.
+    timm_dir = vit_keras.save_pretrained(model, str(tmp_path / "timm"), format="timm",
+                                         normalization=(meta["preprocess"]["mean"], meta["preprocess"]["std"]))
+    reference, _ = _timm_model(timm_dir)
+    with torch.no_grad():
+        pooled = reference.forward_head(reference.forward_features(_nchw(x)), pre_logits=True).numpy()
+    _check(pooled, expected)
+
+
+def test_vit_classifier_round_trips_through_transformers(tmp_path):
+    """tests/fixtures/hf_dir: a ViTForImageClassification (LayerNorm eps 1e-12, which timm does not build)."""
+    with open(os.path.join(HF_DIR, "meta.json")) as f:
+        meta = json.load(f)
+    model = vit_keras.from_pretrained(os.path.join(HF_DIR, "hf_model"), classifier_activation=None,
+                                      include_preprocessing=False)
+    x = np.load(os.path.join(HF_DIR, "input.npy"))
+    out = vit_keras.save_pretrained(model, str(tmp_path / "hf"), format="transformers", label_names="abcdefg")
+    reference = _auto_model(out, transformers.ViTForImageClassification)
+    assert reference.config.id2label[6] == "g"
+    with torch.no_grad():
+        _check(reference(pixel_values=_nchw(x)).logits.numpy(), np.load(os.path.join(HF_DIR, "expected.npy")))
+    assert meta["output"] == "logits"
+    with pytest.raises(ValueError, match="LayerNorm.*1e-12.*format='transformers'"):
+        vit_keras.save_pretrained(model, str(tmp_path / "timm"), format="timm", normalization=((0.5,) * 3,) * 2)
+
+
+def test_keras_fine_tune_gives_the_same_outputs_in_timm(tiny_kwargs, tmp_path):
+    """Two `fit` steps move every weight; timm then computes what Keras computes. Bound: float32 round-off of two
+    implementations of the same graph, the fixtures' 5e-5 relative (their README), far above the ~1e-6 seen."""
+    keras.utils.set_random_seed(0)
+    model = vit_keras.ViT(image_size=32, classes=4, classifier_activation=None, layer_scale=True,
+                          num_register_tokens=2, no_embed_class=True, activation="gelu_tanh", **tiny_kwargs)
+    before = save_lib.model_params(model)
+    rng = np.random.default_rng(1)
+    images = rng.uniform(0, 255, (8, 32, 32, 3)).astype(np.float32)
+    labels = rng.integers(0, 4, 8)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(images, labels, batch_size=4, epochs=1, steps_per_epoch=2, verbose=0)
+    after = save_lib.model_params(model)
+    assert all(not np.array_equal(before[k], after[k]) for k in before), "a weight did not train"
+    out = vit_keras.save_pretrained(model, str(tmp_path / "ft"))
+    reference, config = _timm_model(out)
+    assert config["model_args"]["act_layer"] == "gelu_tanh"
+    x = rng.uniform(0, 255, (3, 32, 32, 3)).astype(np.float32)
+    _check(_timm_logits(reference, config, x), np.asarray(model(x, training=False)))
+
+
+def test_refusals_name_the_fix(tiny_kwargs, tmp_path):
+    distilled = vit_keras.from_pretrained(os.path.join(FAMILY, "timm_deit_distilled", "checkpoint"))
+    with pytest.raises(ValueError, match="distil.*format='timm'"):
+        vit_keras.save_pretrained(distilled, str(tmp_path / "hf"), format="transformers")
+    registers = vit_keras.from_pretrained(os.path.join(FAMILY, "timm_dinov2_reg4", "checkpoint"),
+                                          include_top=False, pooling="token")
+    with pytest.raises(ValueError, match="num_register_tokens=4.*format='timm'"):
+        vit_keras.save_pretrained(registers, str(tmp_path / "hf"), format="transformers")
+    assert not os.path.exists(tmp_path / "hf")
+    with pytest.raises(ValueError, match="format must be one of"):
+        vit_keras.save_pretrained(distilled, str(tmp_path / "x"), format="onnx")
+    target = tmp_path / "taken"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    with pytest.raises(ValueError, match="already exists; pass overwrite=True"):
+        vit_keras.save_pretrained(distilled, str(target))
+    assert os.listdir(target) == ["keep.txt"]
+    vit_keras.save_pretrained(distilled, str(target), overwrite=True)
+    assert sorted(os.listdir(target)) == ["config.json", "model.safetensors"]
+    plain = vit_keras.ViT(image_size=32, classes=3, include_preprocessing=False, **tiny_kwargs)
+    with pytest.raises(ValueError, match="pass normalization="):
+        vit_keras.save_pretrained(plain, str(tmp_path / "n"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    vit_keras.save_pretrained(plain, str(empty), normalization=((0.5,) * 3, (0.5,) * 3))
+    assert sorted(os.listdir(empty)) == ["config.json", "model.safetensors"]
