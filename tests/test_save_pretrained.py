@@ -176,3 +176,46 @@ def test_refusals_name_the_fix(tiny_kwargs, tmp_path):
     empty.mkdir()
     vit_keras.save_pretrained(plain, str(empty), normalization=((0.5,) * 3, (0.5,) * 3))
     assert sorted(os.listdir(empty)) == ["config.json", "model.safetensors"]
+
+
+def test_push_to_hub_uploads_the_folder_with_a_model_card(tiny_kwargs, tmp_path, monkeypatch):
+    """The upload itself is huggingface_hub's (mocked here: tests never touch the internet); what is checked is
+    the folder handed to upload_folder: the saved model, which timm loads, and the card."""
+    import huggingface_hub
+
+    calls = {}
+
+    class FakeApi:
+        def __init__(self, token=None):
+            calls["token"] = token
+
+        def create_repo(self, repo_id, private, exist_ok, repo_type):
+            calls["create"] = (repo_id, private, exist_ok, repo_type)
+
+        def upload_folder(self, repo_id, folder_path, commit_message, repo_type):
+            copy = tmp_path / "uploaded"
+            import shutil
+
+            shutil.copytree(folder_path, copy)
+            calls["upload"] = (repo_id, commit_message, repo_type)
+            return "commit-info"
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    model = vit_keras.ViT(image_size=32, classes=3, classifier_activation=None, **tiny_kwargs)
+    result = vit_keras.push_to_hub(model, "me/tiny-vit", token="t", private=True, source="B/16:imagenet21k",
+                                   recipe="2 epochs, SGD 0.01", metrics={"top1": 0.9},
+                                   model_card_metadata={"license": "apache-2.0"})
+    assert result == "commit-info"
+    assert calls["token"] == "t" and calls["create"] == ("me/tiny-vit", True, True, "model")
+    assert calls["upload"][0] == "me/tiny-vit"
+    uploaded = tmp_path / "uploaded"
+    assert sorted(os.listdir(uploaded)) == ["README.md", "config.json", "model.safetensors"]
+    card = (uploaded / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: \"timm\"") and 'license: "apache-2.0"' in card
+    for text in ("vit_base_patch16_224", "B/16:imagenet21k", "2 epochs, SGD 0.01", "| top1 | 0.9 |"):
+        assert text in card
+    reference, config = _timm_model(str(uploaded))
+    x = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
+    _check(_timm_logits(reference, config, x), np.asarray(model(x, training=False)))
+    with pytest.raises(ValueError, match="format must be one of"):
+        vit_keras.push_to_hub(model, "me/tiny-vit", format="keras")

@@ -251,8 +251,8 @@ def transformers_files(config, params, label_names=None) -> tuple[dict, dict[str
         if config.mlp_dim % config.hidden_size:  # transformers 5 types Dinov2Config.mlp_ratio as an int
             _refuse(f"transformers' dinov2 takes an integer mlp_ratio; this model's mlp_dim {config.mlp_dim} is not "
                     f"a multiple of hidden_size {config.hidden_size}", _USE_TIMM)
-        out.update(mlp_ratio=config.mlp_dim // config.hidden_size, layerscale_value=1.0, use_swiglu_ffn=False, use_mask_token=False,
-                   qkv_bias=config.qkv_bias, hidden_dropout_prob=config.dropout_rate,
+        out.update(mlp_ratio=config.mlp_dim // config.hidden_size, layerscale_value=1.0, use_swiglu_ffn=False,
+                   use_mask_token=False, qkv_bias=config.qkv_bias, hidden_dropout_prob=config.dropout_rate,
                    attention_probs_dropout_prob=config.attention_dropout_rate)
     else:
         out["intermediate_size"] = config.mlp_dim
