@@ -219,3 +219,36 @@ def test_push_to_hub_uploads_the_folder_with_a_model_card(tiny_kwargs, tmp_path,
     _check(_timm_logits(reference, config, x), np.asarray(model(x, training=False)))
     with pytest.raises(ValueError, match="format must be one of"):
         vit_keras.push_to_hub(model, "me/tiny-vit", format="keras")
+
+
+def test_timm_siglip_backbone_goes_to_transformers(tmp_path):
+    """The timm SigLIP fixture without its classifier is a transformers SiglipVisionModel: its pooler_output (the
+    MAP head) equals timm's pooled features of the same weights."""
+    case = "timm_siglip_map"
+    model = vit_keras.from_pretrained(os.path.join(FAMILY, case, "checkpoint"), include_top=False, pooling="map",
+                                      include_preprocessing=False)
+    x = _normalised(np.load(os.path.join(FAMILY, case, "input.npy")).astype(np.float32), (0.5,) * 3, (0.5,) * 3)
+    source = timm.create_model("vit_base_patch16_siglip_224", pretrained=False, patch_size=8, embed_dim=48, depth=3,
+                               num_heads=3, img_size=32, num_classes=7).eval()
+    from safetensors.torch import load_file
+
+    source.load_state_dict(load_file(os.path.join(FAMILY, case, "checkpoint", "model.safetensors")), strict=True)
+    with torch.no_grad():
+        expected = source.forward_head(source.forward_features(_nchw(x)), pre_logits=True).numpy()
+    _check(np.asarray(model(x)), expected)
+    out = vit_keras.save_pretrained(model, str(tmp_path / "hf"), format="transformers")
+    with torch.no_grad():
+        _check(_auto_model(out)(pixel_values=_nchw(x)).pooler_output.numpy(), expected)
+
+
+def test_transformers_refuses_heads_it_computes_otherwise(tmp_path):
+    dinov2 = vit_keras.from_pretrained(os.path.join(FAMILY, "timm_dinov2_reg4", "checkpoint"))
+    with pytest.raises(ValueError, match="format='timm'"):
+        vit_keras.save_pretrained(dinov2, str(tmp_path / "a"), format="transformers")
+    siglip = vit_keras.from_pretrained(os.path.join(FAMILY, "timm_siglip_map", "checkpoint"))
+    with pytest.raises(ValueError, match="siglip_vision_model classifiers .* format='timm'"):
+        vit_keras.save_pretrained(siglip, str(tmp_path / "b"), format="transformers")
+    hf_vit = vit_keras.from_pretrained(os.path.join(HF_DIR, "hf_model"), include_top=False, pooling="token")
+    with pytest.raises(ValueError, match="neither; use format='timm'"):
+        vit_keras.save_pretrained(hf_vit, str(tmp_path / "c"), format="transformers")
+    assert not os.listdir(tmp_path)

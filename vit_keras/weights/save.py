@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import numpy as np
@@ -32,6 +33,8 @@ from vit_keras.files import atomic_directory
 from vit_keras.layers.dtypes import quantized_layers
 from vit_keras.weights import hf, rules, timm
 from vit_keras.weights.assign import model_slots
+
+logger = logging.getLogger("vit_keras.weights")
 
 FORMATS = ("timm", "transformers")
 # ViTConfig.activation -> timm `act_layer` (inverse of `timm.ACT_LAYERS`) and transformers `hidden_act`.
@@ -161,7 +164,12 @@ def timm_files(config, params, normalization, label_names=None) -> tuple[dict, d
         "attn_drop_rate": config.attention_dropout_rate, "in_chans": 3,
     }
     if config.dynamic:
-        model_args["dynamic_img_size"] = True
+        if config.pos_interpolation == "bicubic_antialias":
+            model_args["dynamic_img_size"] = True  # timm resamples at each call as this model does
+        else:
+            logger.warning("This model resamples its position embeddings with %r at other image sizes; timm would "
+                           "use antialiased bicubic, so the timm model is written for the stored size %s only.",
+                           config.pos_interpolation, size)
     pretrained_cfg = {
         "input_size": [3, *size], "fixed_input_size": not config.dynamic, "interpolation": "bicubic",
         "crop_pct": 1.0, "crop_mode": "center", "mean": mean, "std": std, "num_classes": classes,
