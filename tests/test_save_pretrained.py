@@ -252,3 +252,16 @@ def test_transformers_refuses_heads_it_computes_otherwise(tmp_path):
     with pytest.raises(ValueError, match="neither; use format='timm'"):
         vit_keras.save_pretrained(hf_vit, str(tmp_path / "c"), format="transformers")
     assert not os.listdir(tmp_path)
+
+
+def test_any_image_size_model_runs_at_another_size_in_timm(tmp_path):
+    """A model built with any_image_size=True resamples its position embeddings as timm does (antialiased
+    bicubic), so it is written with dynamic_img_size=True and both agree at a size other than the stored one."""
+    case = "timm_avg_fcnorm"
+    model = vit_keras.from_pretrained(os.path.join(FAMILY, case, "checkpoint"), any_image_size=True,
+                                      classifier_activation=None)
+    out = vit_keras.save_pretrained(model, str(tmp_path / "timm"))
+    reference, config = _timm_model(out)
+    assert config["model_args"]["dynamic_img_size"] is True and config["model_args"]["img_size"] == [32, 32]
+    x = np.random.default_rng(2).uniform(0, 255, (2, 48, 48, 3)).astype(np.float32)
+    _check(_timm_logits(reference, config, x), np.asarray(model(x, training=False)))
