@@ -265,3 +265,22 @@ def test_any_image_size_model_runs_at_another_size_in_timm(tmp_path):
     assert config["model_args"]["dynamic_img_size"] is True and config["model_args"]["img_size"] == [32, 32]
     x = np.random.default_rng(2).uniform(0, 255, (2, 48, 48, 3)).astype(np.float32)
     _check(_timm_logits(reference, config, x), np.asarray(model(x, training=False)))
+
+
+def test_invert_table_is_apply_table_backwards_and_refuses_what_has_no_place():
+    from vit_keras.weights import hf, rules
+    from vit_keras.weights import timm as timm_reader
+
+    rng = np.random.default_rng(0)
+    block = "Transformer/encoderblock_0/MultiHeadDotProductAttention_1"
+    params = {f"{block}/{p}/kernel": rng.normal(size=(6, 2, 3)).astype(np.float32) for p in ("query", "key", "value")}
+    params.update({f"{block}/{p}/bias": rng.normal(size=(2, 3)).astype(np.float32) for p in ("query", "key", "value")})
+    tensors = rules.invert_table(timm_reader.TABLE, params, num_heads=2)
+    assert sorted(tensors) == ["blocks.0.attn.qkv.bias", "blocks.0.attn.qkv.weight"]
+    assert tensors["blocks.0.attn.qkv.weight"].shape == (18, 6)
+    clip = rules.invert_table(hf.TABLES["clip_vision_model"], {"cls": np.ones((1, 1, 6), np.float32)}, num_heads=2)
+    assert clip["embeddings.class_embedding"].shape == (6,)  # CLIP stores its class token as a vector
+    with pytest.raises(ValueError, match="no place for 1 of the model's arrays: head_dist/kernel"):
+        rules.invert_table(hf.TABLES["vit"], {"head_dist/kernel": np.zeros((6, 3), np.float32)}, num_heads=2)
+    with pytest.raises(ValueError, match="needs all of them"):
+        rules.invert_table(timm_reader.TABLE, {"head/bias": np.zeros(3, np.float32)}, num_heads=2)
