@@ -48,13 +48,20 @@ def _nchw(x):
 
 
 def _timm_model(directory):
-    """What timm's own hf-hub loader does with the directory: create_model from config.json, strict load."""
+    """The timm model of a directory: create_model(architecture, **model_args) + a strict load_state_dict."""
     from safetensors.torch import load_file
 
     with open(os.path.join(directory, "config.json")) as f:
         config = json.load(f)
     model = timm.create_model(config["architecture"], pretrained=False, **config["model_args"])
     model.load_state_dict(load_file(os.path.join(directory, "model.safetensors")), strict=True)
+    # timm's own loader of such a directory (the hf-hub: path, from a folder) builds the same model, same weights.
+    loaded = timm.create_model(f"local-dir:{directory}", pretrained=True).eval()
+    assert list(loaded.pretrained_cfg["mean"]) == config["pretrained_cfg"]["mean"]
+    expected = model.state_dict()
+    assert sorted(loaded.state_dict()) == sorted(expected)
+    for key, value in loaded.state_dict().items():
+        assert torch.equal(value, expected[key]), key
     return model.eval(), config
 
 
