@@ -176,6 +176,8 @@ def test_refusals_name_the_fix(tiny_kwargs, tmp_path):
     assert os.listdir(target) == ["keep.txt"]
     vit_keras.save_pretrained(distilled, str(target), overwrite=True)
     assert sorted(os.listdir(target)) == ["config.json", "model.safetensors"]
+    with pytest.raises(ValueError, match="label_names has 2 names for the model's 7 classes"):
+        vit_keras.save_pretrained(distilled, str(tmp_path / "l"), label_names=["a", "b"])
     plain = vit_keras.ViT(image_size=32, classes=3, include_preprocessing=False, **tiny_kwargs)
     with pytest.raises(ValueError, match="pass normalization="):
         vit_keras.save_pretrained(plain, str(tmp_path / "n"))

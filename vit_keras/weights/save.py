@@ -90,6 +90,13 @@ def _refuse(what: str, fix: str):
     raise ValueError(f"{what}; {fix}.")
 
 
+def _label_names(label_names, classes: int) -> list[str]:
+    names = [str(name) for name in label_names]
+    if len(names) != classes:
+        _refuse(f"label_names has {len(names)} names for the model's {classes} classes", "pass one name per class")
+    return names
+
+
 def _mlp_ratio(config) -> float:
     ratio = config.mlp_dim / config.hidden_size
     if int(config.hidden_size * ratio) != config.mlp_dim:
@@ -178,7 +185,7 @@ def timm_files(config, params, normalization, label_names=None) -> tuple[dict, d
     out = {"architecture": architecture, "num_classes": classes, "num_features": config.hidden_size,
            "global_pool": config.global_pool, "model_args": model_args, "pretrained_cfg": pretrained_cfg}
     if label_names is not None:
-        out["label_names"] = list(label_names)
+        out["label_names"] = _label_names(label_names, classes)
     tensors = rules.invert_table(timm.TABLE, params, num_heads=config.num_heads)
     _read_back(timm.TABLE, tensors, params, config)
     return out, tensors
@@ -274,9 +281,8 @@ def transformers_files(config, params, label_names=None) -> tuple[dict, dict[str
         out["vision_use_head"] = config.global_pool == "map"
     if has_head:
         classes = int(params["head/bias"].shape[0])
-        names = list(label_names) if label_names is not None else [f"LABEL_{i}" for i in range(classes)]
-        if len(names) != classes:
-            _refuse(f"label_names has {len(names)} names for {classes} classes", "pass one name per class")
+        names = (_label_names(label_names, classes) if label_names is not None else
+                 [f"LABEL_{i}" for i in range(classes)])
         out["id2label"] = {str(i): name for i, name in enumerate(names)}
         out["label2id"] = {name: i for i, name in enumerate(names)}
     table = hf.TABLES[model_type]
