@@ -293,3 +293,24 @@ def test_invert_table_is_apply_table_backwards_and_refuses_what_has_no_place():
         rules.invert_table(hf.TABLES["vit"], {"head_dist/kernel": np.zeros((6, 3), np.float32)}, num_heads=2)
     with pytest.raises(ValueError, match="needs all of them"):
         rules.invert_table(timm_reader.TABLE, {"head/bias": np.zeros(3, np.float32)}, num_heads=2)
+
+
+def test_vit_model_pooler_is_pre_logits_both_ways(tmp_path):
+    """A transformers ViTModel's pooler, tanh(dense(class token)), is vit_jax's pre_logits: read into Keras and
+    written back, AutoModel loads every key and gives the same pooler_output."""
+    from tests.torch_compat import randomise_parameters
+
+    config = transformers.ViTConfig(hidden_size=48, num_hidden_layers=2, num_attention_heads=3, image_size=32,
+                                    patch_size=8, intermediate_size=96)
+    reference = randomise_parameters(transformers.ViTModel(config), seed=3)
+    reference.save_pretrained(str(tmp_path / "source"), safe_serialization=True)
+    model = vit_keras.from_pretrained(str(tmp_path / "source"), include_top=False, pooling="token",
+                                      include_preprocessing=False)
+    out = vit_keras.save_pretrained(model, str(tmp_path / "hf"), format="transformers")
+    x = np.random.default_rng(6).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
+    with torch.no_grad():
+        expected = reference(pixel_values=_nchw(x)).pooler_output.numpy()
+        _check(_auto_model(out)(pixel_values=_nchw(x)).pooler_output.numpy(), expected)
+    _check(np.asarray(model(x)), expected)
+    with pytest.raises(ValueError, match="pre-logits.*format='transformers'"):
+        vit_keras.save_pretrained(model, str(tmp_path / "timm"), normalization=((0.5,) * 3, (0.5,) * 3))
