@@ -28,6 +28,8 @@ from vit_keras.models import (
 )
 from vit_keras.pretrained import from_pretrained
 from vit_keras.weights import list_weights, load_weights
+from vit_keras.weights.save import save_pretrained
+from vit_keras.weights.share import push_to_hub
 
 __version__ = "0.1.0"
 
@@ -69,5 +71,7 @@ __all__ = [
     "list_weights",
     "load_weights",
     "preprocess_input",
+    "push_to_hub",
+    "save_pretrained",
     "training",
 ]

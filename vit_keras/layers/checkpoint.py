@@ -27,7 +27,9 @@ def _identity(array: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass
 class CheckpointVariable:
-    """One model variable, the shape its checkpoint array has, and how that array becomes the variable's value.
+    """One model variable, the shape its checkpoint array has, how that array becomes the variable's value
+    (`convert`) and back (`inverse`: the variable's value as the checkpoint array; needed whenever `convert` is
+    not the identity).
 
     Example:
         >>> CheckpointVariable(None, (3,)).shape
@@ -37,6 +39,25 @@ class CheckpointVariable:
     variable: object
     shape: tuple
     convert: Callable[[np.ndarray], np.ndarray] = _identity
+    inverse: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def checkpoint_value(self) -> np.ndarray:
+        """The variable's current value in the checkpoint layout, as float32.
+
+        Example:
+            >>> plain(keras.Variable(np.ones(2))).checkpoint_value()
+            array([1., 1.], dtype=float32)
+        """
+        value = np.asarray(keras.ops.convert_to_numpy(self.variable), np.float32)
+        if self.inverse is not None:
+            value = self.inverse(value)
+        elif self.convert is not _identity:
+            raise ValueError(f"The variable {getattr(self.variable, 'path', self.variable)!r} converts its checkpoint "
+                             "array but declares no inverse; it cannot be written back.")
+        if tuple(value.shape) != tuple(self.shape):
+            raise ValueError(f"The variable {getattr(self.variable, 'path', self.variable)!r} gives a checkpoint "
+                             f"array of shape {tuple(value.shape)}, not the declared {tuple(self.shape)}.")
+        return value
 
 
 def plain(variable) -> CheckpointVariable:

@@ -254,7 +254,8 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         p = self.patch_size or int(round((kernel.shape[0] / 3) ** 0.5))
         channels = kernel.shape[0] // (p * p)
         out = {"embedding/kernel": CheckpointVariable(
-            kernel, (p, p, channels, kernel.shape[1]), lambda a, shape=tuple(kernel.shape): a.reshape(shape))}
+            kernel, (p, p, channels, kernel.shape[1]), lambda a, shape=tuple(kernel.shape): a.reshape(shape),
+            lambda a, shape=(p, p, channels, kernel.shape[1]): a.reshape(shape))}
         if self.patch_bias:
             out["embedding/bias"] = plain(self.embedding.bias)
         if self.classifier == "token":

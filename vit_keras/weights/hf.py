@@ -30,10 +30,10 @@ MODEL_TYPES = ("vit", "dinov2", "clip_vision_model", "siglip_vision_model")
 
 
 # The tables of the supported model types (transformers 5.x modeling_vit / _dinov2 / _clip / _siglip; see `rules`).
-def _embeddings(cls: str, pos: tuple[str, rules.Transform], patch: str) -> tuple:
+def _embeddings(cls: str, pos: tuple[str, rules.Transform], patch: str, cls_rank: int = 3) -> tuple:
     return (
         rules.Rule(patch, "embedding", rules.PATCH, required=True, bias="patch_bias"),
-        rules.Rule(cls, "cls", rules.TOKENS),
+        rules.Rule(cls, "cls", rules.tokens(rank=cls_rank)),
         rules.Rule(pos[0], schema.POS_EMBEDDING, pos[1]),
     )
 
@@ -55,7 +55,8 @@ _VIT_EMBEDDINGS = _embeddings("embeddings.cls_token", ("embeddings.position_embe
                               "embeddings.patch_embeddings.projection")
 _VIT_QKV = ("attention.attention.query", "attention.attention.key", "attention.attention.value")
 _CLIP_EMBEDDINGS = _embeddings("embeddings.class_embedding",
-                               ("embeddings.position_embedding", rules.tokens("weight")), "embeddings.patch_embedding")
+                               ("embeddings.position_embedding", rules.tokens("weight", rank=2)),
+                               "embeddings.patch_embedding", cls_rank=1)
 _CLIP_BLOCKS = _block("encoder.layers", "layer_norm1", "layer_norm2",
                       ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "self_attn.out_proj",
                       ("mlp.fc1", "mlp.fc2"))

@@ -46,7 +46,8 @@ class Transform:
     `convert(target, weight, bias, num_heads)` returns `{canonical name: array}`; `weight` and `bias` are the
     module's parameter names (`weight=""`: the module name is the tensor's own key; `bias=None`: it has none);
     `sep` joins module and parameter (`"."`, or `"_"` for torch's `in_proj_weight`); `outputs` are the names it
-    gives below `target` (checked against the schema when a rule is made).
+    gives below `target` (checked against the schema when a rule is made). `inverse(target, params, num_heads)`
+    is the way back: the module's (weight, bias) from the canonical dict (`invert_table`).
 
     Example:
         >>> LINEAR.outputs
@@ -58,6 +59,7 @@ class Transform:
     weight: str = "weight"
     bias: str | None = "bias"
     sep: str = "."
+    inverse: Callable | None = None
 
     def key(self, module: str, param: str) -> str:
         return f"{module}{self.sep}{param}" if param else module
@@ -67,22 +69,28 @@ def _no_heads(function):
     return lambda target, weight, bias, num_heads: function(target, weight, bias)
 
 
-LINEAR = Transform(_no_heads(torch_layout.linear), ("kernel", "bias"))
-NORM = Transform(_no_heads(torch_layout.norm), ("scale", "bias"))
-PATCH = Transform(_no_heads(torch_layout.patch), ("kernel", "bias"))
-HEADS_IN = Transform(torch_layout.heads_in, ("kernel", "bias"))
-HEADS_OUT = Transform(torch_layout.heads_out, ("kernel", "bias"))
+def _back_no_heads(function):
+    return lambda target, params, num_heads: function(target, params)
 
 
-def tokens(param: str = "") -> Transform:
+LINEAR = Transform(_no_heads(torch_layout.linear), ("kernel", "bias"), inverse=_back_no_heads(torch_layout.linear_back))
+NORM = Transform(_no_heads(torch_layout.norm), ("scale", "bias"), inverse=_back_no_heads(torch_layout.norm_back))
+PATCH = Transform(_no_heads(torch_layout.patch), ("kernel", "bias"), inverse=_back_no_heads(torch_layout.patch_back))
+HEADS_IN = Transform(torch_layout.heads_in, ("kernel", "bias"), inverse=torch_layout.heads_in_back)
+HEADS_OUT = Transform(torch_layout.heads_out, ("kernel", "bias"), inverse=torch_layout.heads_out_back)
+
+
+def tokens(param: str = "", rank: int = 3) -> Transform:
     """Learned tokens or a position table, stored as the module's own key (`param=""`) or as `{module}.{param}`
-    (transformers' `position_embedding.weight`), reshaped to `(1, n, D)`.
+    (transformers' `position_embedding.weight`), reshaped to `(1, n, D)`; `rank` is how the source stores it
+    (3: `(1, n, D)`, 2: `(n, D)`, 1: one token `(D,)`), which the way back restores.
 
     Example:
         >>> tokens("weight").key("embeddings.position_embedding", "weight")
         'embeddings.position_embedding.weight'
     """
-    return Transform(_no_heads(torch_layout.tokens), ("",), weight=param, bias=None)
+    return Transform(_no_heads(torch_layout.tokens), ("",), weight=param, bias=None,
+                     inverse=lambda target, params, num_heads: torch_layout.tokens_back(target, params, rank))
 
 
 TOKENS = tokens()
@@ -95,7 +103,8 @@ def scale(param: str) -> Transform:
         >>> scale("gamma").key("blocks.0.ls1", "gamma")
         'blocks.0.ls1.gamma'
     """
-    return Transform(_no_heads(torch_layout.scale), ("scale",), weight=param, bias=None)
+    return Transform(_no_heads(torch_layout.scale), ("scale",), weight=param, bias=None,
+                     inverse=_back_no_heads(torch_layout.scale_back))
 
 
 def fused(*parts: str, weight: str = "weight", bias: str = "bias", sep: str = ".") -> Transform:
@@ -111,8 +120,11 @@ def fused(*parts: str, weight: str = "weight", bias: str = "bias", sep: str = ".
         prefixes = [f"{target}/{part}" for part in parts]
         return torch_layout.fused_heads(prefixes, weight_array, bias_array, num_heads)
 
+    def inverse(target, params, num_heads):
+        return torch_layout.fused_heads_back([f"{target}/{part}" for part in parts], params, num_heads)
+
     return Transform(convert, tuple(f"{part}/{name}" for part in parts for name in ("kernel", "bias")),
-                     weight=weight, bias=bias, sep=sep)
+                     weight=weight, bias=bias, sep=sep, inverse=inverse)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,3 +336,55 @@ def _bias_wanted(rule, instances, found, index, switches, family):
         return value, f"the config says {rule.bias}={value}"
     with_bias = [groups for groups in instances if "bias" in found[(index, groups)]]
     return bool(with_bias), "the other blocks have theirs" if with_bias else "no other block has one"
+
+
+def invert_table(table: Table, params: Mapping[str, np.ndarray], *, num_heads: int, prefix: str = "",
+                 unprefixed: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """The source tensors that `apply_table(table, ...)` reads back as the canonical dict `params`: every rule's
+    transform run backwards, its `{i}` (and other placeholders) expanded over the instances `params` holds.
+
+    `prefix` goes before every key (transformers' `vit.` of a task model) except those of the rules whose target
+    is in `unprefixed` (its `classifier`). A canonical array that no rule takes, or a rule that finds only part of
+    what its module needs (a bias without its kernel), is refused by name: the target library has nowhere to put it.
+
+    Example:
+        >>> table = Table("toy", (Rule("fc", "head", LINEAR, required=True),))
+        >>> params = {"head/kernel": np.zeros((2, 3)), "head/bias": np.zeros(3)}
+        >>> invert_table(table, params, num_heads=1)["fc.weight"].shape
+        (3, 2)
+    """
+    out: dict[str, np.ndarray] = {}
+    used: set[str] = set()
+    for rule in table.rules:
+        if rule.transform.inverse is None:
+            raise ValueError(f"{table.family}: the rule {rule.source!r} has no way back (its transform declares no "
+                             "inverse).")
+        names = [f"{rule.target}/{output}" if output else rule.target for output in rule.transform.outputs]
+        regexes = [template_regex(name) for name in names]
+        instances: dict[tuple, set[str]] = {}
+        for key in params:
+            for regex in regexes:
+                found = regex.match(key)
+                if found:
+                    instances.setdefault(tuple(sorted(found.groupdict().items())), set()).add(key)
+        for groups, keys in sorted(instances.items()):
+            values = dict(groups)
+            target = rule.target.format(**values)
+            weights = [name.format(**values) for name in names if not name.endswith("/bias")]
+            absent = [name for name in weights if name not in params]
+            if absent:
+                raise ValueError(f"{table.family}: {sorted(keys)} are there but not {absent}; the module "
+                                 f"{rule.source.format(**values)} needs all of them.")
+            weight, bias = rule.transform.inverse(target, params, num_heads)
+            lead = "" if rule.target in unprefixed else prefix
+            out[lead + rule.key("weight", groups)] = weight
+            if bias is not None:
+                if "bias" not in rule.params():
+                    raise ValueError(f"{table.family}: {rule.source.format(**values)} has no bias, but the model has "
+                                     f"{target}/bias.")
+                out[lead + rule.key("bias", groups)] = bias
+            used |= keys
+    left = sorted(set(params) - used)
+    if left:
+        raise ValueError(f"{table.family} has no place for {len(left)} of the model's arrays: {', '.join(left)}.")
+    return out

@@ -82,7 +82,9 @@ _BENIGN_TOKENS = {"in21k", "in22k", "ft", "in1k", "augreg", "orig", "mae", "dino
 _MODEL_ARGS = {"img_size", "patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "num_classes", "global_pool",
                "fc_norm", "class_token", "reg_tokens", "no_embed_class", "pre_norm", "init_values", "qkv_bias",
                "in_chans", "drop_rate", "pos_drop_rate", "attn_drop_rate", "drop_path_rate", "proj_drop_rate",
-               "dynamic_img_size", "dynamic_img_pad", "representation_size"}
+               "dynamic_img_size", "dynamic_img_pad", "representation_size", "act_layer"}
+# timm `act_layer` names (timm/layers/create_act.py) -> ViTConfig.activation.
+ACT_LAYERS = {"gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
 
 
 def looks_like_timm(names) -> bool:
@@ -199,6 +201,12 @@ def read_config(directory: str) -> tuple[dict, tuple | None]:
             fields[field] = json_config.require(args, key, bool, margs)
     if "pre_norm" in args:
         fields["patch_bias"] = not fields["pre_norm"]
+    if "act_layer" in args:
+        act_layer = json_config.require(args, "act_layer", str, margs)
+        if act_layer not in ACT_LAYERS:
+            raise ValueError(f"{path!r}: act_layer {act_layer!r} is not one vit_keras implements "
+                             f"({sorted(ACT_LAYERS)}).")
+        fields["activation"] = ACT_LAYERS[act_layer]
     if "reg_tokens" in args:
         fields["num_register_tokens"] = json_config.require(args, "reg_tokens", int, margs)
     if args.get("init_values") is not None:

@@ -147,3 +147,118 @@ def fused_heads(prefixes, weight, bias, num_heads: int) -> dict:
     for prefix, (part_weight, part_bias) in zip(prefixes, split_fused(weight, bias, len(prefixes))):
         out.update(heads_in(prefix, part_weight, part_bias, num_heads))
     return out
+
+
+# ---- The way back: canonical arrays -> torch tensors. Each function undoes the one above it of the same name and
+# returns (weight, bias), bias None where the canonical dict has none (nothing is invented in either direction).
+
+
+def _bias_of(params, prefix: str, shape=None):
+    bias = params.get(f"{prefix}/bias")
+    if bias is None:
+        return None
+    bias = _f32(bias)
+    return bias if shape is None else bias.reshape(shape)
+
+
+def linear_back(prefix: str, params) -> tuple:
+    """`{prefix}/kernel` (in, out) -> a torch Linear weight (out, in) and its bias.
+
+    Example:
+        >>> linear_back("x", linear("x", np.arange(6).reshape(3, 2)))[0].tolist()
+        [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    """
+    return np.ascontiguousarray(_f32(params[f"{prefix}/kernel"]).T), _bias_of(params, prefix)
+
+
+def norm_back(prefix: str, params) -> tuple:
+    """`{prefix}/scale` and `{prefix}/bias` -> a torch LayerNorm's weight and bias.
+
+    Example:
+        >>> norm_back("n", norm("n", np.ones(2)))[1] is None
+        True
+    """
+    return _f32(params[f"{prefix}/scale"]), _bias_of(params, prefix)
+
+
+def scale_back(prefix: str, params) -> tuple:
+    """`{prefix}/scale` -> the per-channel scale (no bias).
+
+    Example:
+        >>> scale_back("s", scale("s", np.ones(4)))[0].shape
+        (4,)
+    """
+    return _f32(params[f"{prefix}/scale"]), None
+
+
+def tokens_back(prefix: str, params, rank: int = 3) -> tuple:
+    """The `(1, n, D)` array under `prefix` at the source's rank: 3 as is, 2 `(n, D)`, 1 `(D,)` (one token).
+
+    Example:
+        >>> tokens_back("cls", tokens("cls", np.zeros(8)), rank=1)[0].shape
+        (8,)
+    """
+    value = _f32(params[prefix])
+    if rank == 3:
+        return value, None
+    if rank == 2:
+        return value.reshape(value.shape[-2:]), None
+    if value.shape[-2] != 1:
+        raise ValueError(f"{prefix!r} holds {value.shape[-2]} tokens; the target stores exactly one.")
+    return value.reshape(-1), None
+
+
+def patch_back(prefix: str, params) -> tuple:
+    """`{prefix}/kernel` (P, P, C, D) -> a torch patch convolution (D, C, P, P) and its bias.
+
+    Example:
+        >>> patch_back("embedding", patch("embedding", np.zeros((8, 3, 4, 2))))[0].shape
+        (8, 3, 4, 2)
+    """
+    kernel = _f32(params[f"{prefix}/kernel"]).transpose(3, 2, 0, 1)
+    return np.ascontiguousarray(kernel), _bias_of(params, prefix)
+
+
+def heads_in_back(prefix: str, params, num_heads: int) -> tuple:
+    """A per-head q, k or v projection (kernel (D, H, d), bias (H, d)) -> a torch Linear (H·d, D) and bias (H·d,).
+
+    Example:
+        >>> heads_in_back("q", heads_in("q", np.eye(4), np.arange(4.0), 2), 2)[1].tolist()
+        [0.0, 1.0, 2.0, 3.0]
+    """
+    kernel = _f32(params[f"{prefix}/kernel"])
+    if kernel.ndim != 3 or kernel.shape[1] != num_heads:
+        raise ValueError(f"{prefix}/kernel has shape {kernel.shape}; expected (D, {num_heads} heads, D/heads).")
+    weight = np.ascontiguousarray(kernel.reshape(kernel.shape[0], -1).T)
+    return weight, _bias_of(params, prefix, (-1,))
+
+
+def heads_out_back(prefix: str, params, num_heads: int) -> tuple:
+    """The per-head output projection (kernel (H, d, D)) -> a torch Linear (D, H·d) and its bias.
+
+    Example:
+        >>> heads_out_back("o", heads_out("o", np.zeros((4, 6)), None, 2), 2)[0].shape
+        (4, 6)
+    """
+    kernel = _f32(params[f"{prefix}/kernel"])
+    if kernel.ndim != 3 or kernel.shape[0] != num_heads:
+        raise ValueError(f"{prefix}/kernel has shape {kernel.shape}; expected ({num_heads} heads, D/heads, D).")
+    return np.ascontiguousarray(kernel.reshape(-1, kernel.shape[-1]).T), _bias_of(params, prefix)
+
+
+def fused_heads_back(prefixes, params, num_heads: int) -> tuple:
+    """Per-head projections (q first) -> one fused torch Linear, the parts stacked along its outputs; a bias only
+    when every part has one.
+
+    Example:
+        >>> fused = fused_heads(("a/key", "a/value"), np.arange(32.0).reshape(8, 4), np.arange(8.0), 2)
+        >>> fused_heads_back(("a/key", "a/value"), fused, 2)[1].tolist()
+        [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    """
+    parts = [heads_in_back(prefix, params, num_heads) for prefix in prefixes]
+    biases = [bias for _, bias in parts]
+    if any(bias is None for bias in biases) and not all(bias is None for bias in biases):
+        raise ValueError(f"Of the fused projections {list(prefixes)}, some have a bias and some not; a fused "
+                         "projection has one bias for all of them or none.")
+    weight = np.concatenate([weight for weight, _ in parts], axis=0)
+    return weight, None if biases[0] is None else np.concatenate(biases, axis=0)
