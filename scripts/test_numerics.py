@@ -9,7 +9,8 @@ can: an instruction-set cap at or above what this CPU has changes nothing, and i
 Each test records what it measured with `record_property(name, value)` and, for an asserted quantity, the bound as
 `record_property("bound:" + name, "< 0.0001")` (or `">= 0.99"`); they land in the JUnit XML this script reads.
 Margin, per setting, the smallest shown: bound / value for an upper bound; for a lower bound on a fraction
-(agreement, accuracy), the allowed shortfall over the measured one, (1 - bound) / (1 - value).
+(agreement, accuracy), the allowed shortfall over the measured one, (1 - bound) / (1 - value), or out of
+100 for a percentage.
 
     python scripts/test_numerics.py                   # every setting, table to stdout and numerics_report.md
     python scripts/test_numerics.py --settings default,onednn_off -- -k agreement
@@ -145,8 +146,9 @@ def margin(bound: str, value: float) -> float:
     limit = float(number)
     if op in ("<", "<="):
         return math.inf if value == 0 else limit / value
-    shortfall = 1.0 - value  # a lower bound on a fraction
-    return math.inf if shortfall <= 0 else (1.0 - limit) / shortfall
+    whole = 100.0 if limit > 1.0 else 1.0  # a lower bound on a fraction, or on a percentage
+    shortfall = whole - value
+    return math.inf if shortfall <= 0 else (whole - limit) / shortfall
 
 
 def table(results: list) -> list:
