@@ -27,16 +27,18 @@ TINY = dict(image_size=IMAGE_SIZE, patch_size=8, hidden_size=48, num_layers=2, n
 # float32 tolerances on probabilities in [0, 1]. SavedModel runs the same TF graph, differing only in op fusion and
 # reduction order: float32 rounding (2^-24 relative) over a 2-layer chain of sums over at most 96 terms is ~1e-6,
 # and 1e-5 leaves 10x. TFLite has its own kernels (XNNPACK or builtin, other summation orders, its own exp/tanh
-# approximations): 1e-4; the worst measured across `make test-numerics`' settings is 1.2e-6 for the trained
-# model (80x margin).
+# approximations): 1e-4; the worst measured across the 7 settings `make test-numerics` runs on an AVX2 EPYC is
+# 1.55e-6 (64x margin). SavedModel measured 0 at every setting.
 SAVED_MODEL_TOL = 1e-5
 TFLITE_FLOAT32_TOL = 1e-4
 FIXTURE_MIN_ACCURACY = 0.6
-# Full-int8 top-1 agreement with Keras on 360 held-out digits: the worst measured is 95.0% (a Xeon with AVX-512)
-# and 94.4% (AMD EPYC AVX2, 9 settings of `make test-numerics`); the bound allows 2x that disagreement.
+# Full-int8 top-1 agreement with Keras on 360 held-out digits: the worst measured is 95.0% (a Xeon with AVX-512 and
+# AMX, where the earlier 0.5 bound on the probability error failed) and 95.0% (uint8 input) / 95.3% (float input)
+# across the 7 settings `make test-numerics` runs on an AVX2 EPYC; 88% allows 2.4x the worst disagreement.
 INT8_MIN_AGREEMENT = 0.88
-# dynamic-range int8 (int8 weights, activations quantised per batch at run time): worst measured 98.6%.
-DYNAMIC_INT8_MIN_AGREEMENT = 0.97
+# dynamic-range int8 (int8 weights, activations quantised per batch at run time): worst measured 99.17%; 95%
+# allows 6x that disagreement.
+DYNAMIC_INT8_MIN_AGREEMENT = 0.95
 
 
 def _upscale(images):
@@ -59,8 +61,9 @@ def trained(digits):
     accuracy = model.evaluate(x_test, y_test, verbose=0)[1]
     print(f"\ntiny ViT held-out accuracy after 12 epochs: {accuracy:.2%}")
     model.held_out_accuracy = accuracy  # recorded by test_quantized_tflite_agreement_on_held_out_digits
-    # A guard, not a quality target: chance is 10%. The bound allows 2x the worst held-out error measured across
-    # the arithmetic settings of `make test-numerics` (error 19.7% at accuracy 80.3%, 9 settings, AMD EPYC AVX2).
+    # A guard, not a quality target: chance is 10%. The bound allows 2.2x the worst held-out error measured across
+    # the 7 settings `make test-numerics` runs on an AVX2 EPYC (accuracy 81.94% to 83.89%: training itself runs on
+    # the kernels those settings change).
     assert accuracy > FIXTURE_MIN_ACCURACY, "the fixture model must be trained enough for agreement to mean something"
     return model
 
@@ -425,8 +428,9 @@ def test_quantized_tflite_agreement_on_held_out_digits(tflite_files, trained, di
 
     # float16 stores each weight to 2^-11 relative and computes in float32. Error model: the Keras model with its
     # weights rounded the same way gives the part the rounding makes (computed here, per trained model, so not
-    # tied to one machine); the file's other float16 constants (the input rescale) add at most as much again, and
-    # its float32 kernels TFLITE_FLOAT32_TOL. Measured: the file's error is 1.04x the rounded weights' own.
+    # tied to one machine); any other float16 constants in the file add at most as much again, and
+    # its float32 kernels TFLITE_FLOAT32_TOL. Measured across 7 settings on an AVX2 EPYC: the rounded weights'
+    # effect 1.6e-3 to 2.2e-3, the file's error within 5e-5 of it (so at least 2.0x inside the bound).
     rounded = _keras_probabilities(_float16_weights(trained), x_test)
     rounding = float(np.abs(rounded - _keras_probabilities(trained, x_test)).max())
     float16_bound = 2 * rounding + TFLITE_FLOAT32_TOL
@@ -437,8 +441,9 @@ def test_quantized_tflite_agreement_on_held_out_digits(tflite_files, trained, di
     assert checks["float16"].top1_agreement >= 0.99
 
     # int8 (weights only, or weights and activations): the probability error depends on which quantisation step
-    # each activation lands in, and so on the float kernels that computed it (0.46 here, 0.61 on a Xeon with
-    # AMX): it is reported above, not asserted. What holds everywhere is that the class rarely changes.
+    # each activation lands in, and so on the float kernels that computed it (full int8: 0.28 to 0.56 across 7
+    # settings on an AVX2 EPYC, 0.61 on a Xeon with AMX; dynamic: 0.027 to 0.048): it is reported above, not
+    # asserted. What holds everywhere is that the class rarely changes.
     assert checks["dynamic_int8"].top1_agreement >= DYNAMIC_INT8_MIN_AGREEMENT
     assert checks["int8"].top1_agreement >= INT8_MIN_AGREEMENT
     # Quantisation shrinks the file: float16 weights halve it, int8 weights quarter it (plus graph overhead).

@@ -47,6 +47,7 @@ def test_trained_digits_model_meets_the_export_agreement_targets(tmp_path, recor
     accuracy = model.evaluate(x_test, y_test, verbose=0)[1]
     record_property("keras_accuracy", round(accuracy, 4))
     record_property("bound:keras_accuracy", ">= 0.9")
+    # A guard (worst measured 96.94% across the 7 settings of `make test-numerics` on an AVX2 EPYC: 3.3x margin).
     assert accuracy >= 0.9, "the model must be trained for agreement to mean anything"
 
     data = demo.DemoData(x_test, y_test, x_train)
@@ -61,7 +62,9 @@ def test_trained_digits_model_meets_the_export_agreement_targets(tmp_path, recor
                "tflite_dynamic_int8": ">= 0.99", "tflite_int8": ">= 0.97"}
     for name, target in targets.items():
         record_property(f"bound:top1_agreement_{name}", target)
-    # The targets, the same as export.AGREEMENT_TARGETS (which export_for_deployment also enforces).
+    # The deployment targets, export.AGREEMENT_TARGETS (which export_for_deployment also enforces): requirements,
+    # not fitted bounds. Across the 7 settings of `make test-numerics` on an AVX2 EPYC the worst are int8 98.89%
+    # (2.7x inside 97%) and dynamic int8 99.44% (only 1.8x inside 99%: 2 of 360 digits flip where 3 may).
     assert agreement["saved_model"] == 1.0 and agreement["tflite_float32"] >= 0.99
     assert agreement["tflite_float16"] >= 0.99
     assert agreement["tflite_dynamic_int8"] >= 0.99
