@@ -29,7 +29,7 @@ test: lint
 # The numerics-sensitive tests (pytest -m numerics) once per setting that changes float arithmetic: oneDNN capped
 # at lower instruction sets or off, TFLite without XNNPACK, 1 and 2 threads. Prints each bound beside the spread
 # measured across the settings and its margin (also written to numerics_report.md); fails if any setting fails.
-# Not part of `make test` (about 20 minutes on 2 cores), which runs the same tests once under the defaults.
+# Not part of `make test` (26 minutes on 2 shared cores), which runs the same tests once under the defaults.
 test-numerics: $(STAMP)
 	$(BIN)/python scripts/test_numerics.py --report numerics_report.md
 
