@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test lint benchmark clean
+.PHONY: demo test test-numerics lint benchmark clean
 
 $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,13 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q --durations=15
+
+# The numerics-sensitive tests (pytest -m numerics) once per setting that changes float arithmetic: oneDNN capped
+# at lower instruction sets or off, TFLite without XNNPACK, 1 and 2 threads. Prints each bound beside the spread
+# measured across the settings and its margin (also written to numerics_report.md); fails if any setting fails.
+# Not part of `make test` (26 minutes on 2 shared cores), which runs the same tests once under the defaults.
+test-numerics: $(STAMP)
+	$(BIN)/python scripts/test_numerics.py --report numerics_report.md
 
 # The peers: keras-hub (--no-deps: its tensorflow-text requirement would pull the CUDA `tensorflow` package) and
 # the earlier Keras port vit-keras 0.2.0, in a directory of its own since it also imports as `vit_keras`.

@@ -16,6 +16,46 @@ make_torchvision_importable()
 TINY = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
 
 
+# The TFLite runtime settings that change arithmetic, for `make test-numerics` (scripts/test_numerics.py):
+# VIT_KERAS_TFLITE_XNNPACK=0 runs TFLite files on the builtin kernels instead of the default XNNPACK delegate, and
+# VIT_KERAS_TFLITE_THREADS=N sets the interpreter's threads where the caller leaves them unset.
+TFLITE_XNNPACK_ENV = "VIT_KERAS_TFLITE_XNNPACK"
+TFLITE_THREADS_ENV = "VIT_KERAS_TFLITE_THREADS"
+
+
+def _configure_tflite_runtime():
+    xnnpack = os.environ.get(TFLITE_XNNPACK_ENV, "1")
+    threads = os.environ.get(TFLITE_THREADS_ENV)
+    if xnnpack not in ("0", "1") or (threads is not None and not threads.isdigit()):
+        raise pytest.UsageError(
+            f"{TFLITE_XNNPACK_ENV} must be 0 or 1 (got {xnnpack!r}) and {TFLITE_THREADS_ENV} a thread count "
+            f"(got {threads!r}); unset them for the defaults."
+        )
+    if xnnpack == "1" and threads is None:
+        return
+    try:
+        from ai_edge_litert import interpreter as litert
+    except ImportError:
+        return
+
+    class ConfiguredInterpreter(litert.Interpreter):
+        def __init__(self, *args, num_threads=None, **kwargs):
+            if xnnpack == "0":
+                kwargs.setdefault(
+                    "experimental_op_resolver_type", litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+                )
+            if num_threads is None and threads is not None:
+                num_threads = int(threads)
+            super().__init__(*args, num_threads=num_threads, **kwargs)
+
+    # vit_keras.export imports the class from this module when it runs a file, so the setting reaches it.
+    litert.Interpreter = ConfiguredInterpreter
+
+
+def pytest_configure(config):
+    _configure_tflite_runtime()
+
+
 # Whole files that exercise TensorFlow itself (SavedModel/TFLite export, tf.distribute, tf.data graphs of Keras
 # models); single tests elsewhere carry @pytest.mark.tf_only.
 TF_ONLY_FILES = {"test_export.py", "test_export_cli.py", "test_training_distributed.py"}

@@ -27,9 +27,21 @@ from vit_keras.demo import load_digits_rgb
 IMAGE_SIZE = 32
 CLASS_NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 TINY = dict(image_size=IMAGE_SIZE, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
-# float32 tolerances: SavedModel runs the same TF graph (1e-5); TFLite has its own kernels (1e-4).
+# float32 tolerances on probabilities in [0, 1]. SavedModel runs the same TF graph, differing only in op fusion and
+# reduction order: float32 rounding (2^-24 relative) over a 2-layer chain of sums over at most 96 terms is ~1e-6,
+# and 1e-5 leaves 10x. TFLite has its own kernels (XNNPACK or builtin, other summation orders, its own exp/tanh
+# approximations): 1e-4; the worst measured across the 7 settings `make test-numerics` runs on an AVX2 EPYC is
+# 1.55e-6 (64x margin). SavedModel measured 0 at every setting.
 SAVED_MODEL_TOL = 1e-5
 TFLITE_FLOAT32_TOL = 1e-4
+FIXTURE_MIN_ACCURACY = 0.6
+# Full-int8 top-1 agreement with Keras on 360 held-out digits: the worst measured is 95.0% (a Xeon with AVX-512 and
+# AMX, where the earlier 0.5 bound on the probability error failed) and 95.0% (uint8 input) / 95.3% (float input)
+# across the 7 settings `make test-numerics` runs on an AVX2 EPYC; 88% allows 2.4x the worst disagreement.
+INT8_MIN_AGREEMENT = 0.88
+# dynamic-range int8 (int8 weights, activations quantised per batch at run time): worst measured 99.17%; 95%
+# allows 6x that disagreement.
+DYNAMIC_INT8_MIN_AGREEMENT = 0.95
 
 
 def _upscale(images):
@@ -51,7 +63,11 @@ def trained(digits):
     model.fit(x_train, y_train, batch_size=32, epochs=12, verbose=0)
     accuracy = model.evaluate(x_test, y_test, verbose=0)[1]
     print(f"\ntiny ViT held-out accuracy after 12 epochs: {accuracy:.2%}")
-    assert accuracy > 0.75, "the fixture model must be trained enough for agreement numbers to mean something"
+    model.held_out_accuracy = accuracy  # recorded by test_quantized_tflite_agreement_on_held_out_digits
+    # A guard, not a quality target: chance is 10%. The bound allows 2.2x the worst held-out error measured across
+    # the 7 settings `make test-numerics` runs on an AVX2 EPYC (accuracy 81.94% to 83.89%: training itself runs on
+    # the kernels those settings change).
+    assert accuracy > FIXTURE_MIN_ACCURACY, "the fixture model must be trained enough for agreement to mean something"
     return model
 
 
@@ -107,10 +123,13 @@ def test_saved_model_holds_the_weights_not_the_optimizer_state(trained, serving_
     assert weights_bytes <= variables_bytes < 1.3 * weights_bytes
 
 
-def test_serving_default_equals_keras(trained, loaded, digits):
+@pytest.mark.numerics
+def test_serving_default_equals_keras(trained, loaded, digits, record_property):
     images = digits[2][:64]
     expected = _keras_probabilities(trained, images)
     outputs = {k: v.numpy() for k, v in loaded.signatures["serving_default"](images=tf.constant(images)).items()}
+    record_property("max_abs_diff_saved_model", float(f"{np.abs(outputs['probabilities'] - expected).max():.3g}"))
+    record_property("bound:max_abs_diff_saved_model", f"< {SAVED_MODEL_TOL}")
     assert set(outputs) == {"probabilities", "top_k_classes", "top_k_scores", "top_k_labels"}
     np.testing.assert_allclose(outputs["probabilities"], expected, atol=SAVED_MODEL_TOL, rtol=0)
     top3 = np.argsort(-expected, axis=1, kind="stable")[:, :3]
@@ -435,10 +454,14 @@ def test_softmax_dense_on_a_feature_extractor_is_served_as_probabilities(digits,
 # --- TFLite ------------------------------------------------------------------------------------------------
 
 
-def test_tflite_float32_matches_keras(tflite_files, trained, digits):
+@pytest.mark.numerics
+def test_tflite_float32_matches_keras(tflite_files, trained, digits, record_property):
     images = digits[2][:32]
     outputs = export.tflite_predict(tflite_files["float32"], images)
     assert set(outputs) == {"probabilities"}
+    diff = np.abs(outputs["probabilities"] - _keras_probabilities(trained, images)).max()
+    record_property("max_abs_diff_tflite_float32", float(f"{diff:.3g}"))
+    record_property("bound:max_abs_diff_tflite_float32", f"< {TFLITE_FLOAT32_TOL}")
     np.testing.assert_allclose(
         outputs["probabilities"], _keras_probabilities(trained, images), atol=TFLITE_FLOAT32_TOL, rtol=0
     )
@@ -463,32 +486,68 @@ def test_mixed_bfloat16_model_converts_as_float32(digits, tmp_path):
     np.testing.assert_allclose(got, model.predict_on_batch(images), atol=0.05, rtol=0)
 
 
+def _float16_weights(model):
+    """A copy of `model` whose float weights are rounded to float16 (and computed in float32), as the float16
+    TFLite file stores them: the error that file's quantisation makes, computed without TFLite's kernels."""
+    rounded = keras.models.clone_model(model)
+    rounded.set_weights([w.astype(np.float16).astype(w.dtype) if w.dtype == np.float32 else w
+                         for w in model.get_weights()])
+    return rounded
+
+
+@pytest.mark.numerics
 def test_quantized_tflite_agreement_on_held_out_digits(tflite_files, trained, digits, record_property):
     _, _, x_test, y_test = digits
     checks = {
         name: export.measure_agreement(trained, path, x_test, y_test, format_name=f"tflite_{name}")
         for name, path in tflite_files.items()
     }
-    # In the report (`pytest -rP`, or the JUnit XML properties), not only when an assertion fails.
+    # In the report (`pytest -rP`, or the JUnit XML properties that `make test-numerics` tabulates), not only when
+    # an assertion fails.
     summary = ", ".join(f"{name} {check.top1_agreement:.2%}" for name, check in checks.items())
     print(f"\ntop-1 agreement with Keras on {len(x_test)} held-out digits: {summary}")
     print(export.format_table(list(checks.values())))
+    record_property("keras_accuracy", round(float(trained.held_out_accuracy), 4))
     for name, check in checks.items():
         record_property(f"top1_agreement_{name}", round(check.top1_agreement, 4))
         record_property(f"max_abs_diff_{name}", float(f"{check.max_abs_diff:.3g}"))
+    record_property("bound:keras_accuracy", f"> {FIXTURE_MIN_ACCURACY}")
+    bounds = {"top1_agreement_float32": ">= 1.0", "max_abs_diff_float32": f"< {TFLITE_FLOAT32_TOL}",
+              "top1_agreement_float16": ">= 0.99", "top1_agreement_dynamic_int8": f">= {DYNAMIC_INT8_MIN_AGREEMENT}",
+              "top1_agreement_int8": f">= {INT8_MIN_AGREEMENT}"}
+    for name, bound in bounds.items():
+        record_property(f"bound:{name}", bound)
     sizes = {name: check.size_bytes for name, check in checks.items()}
     assert checks["float32"].top1_agreement == 1.0
-    # Bounds for a 12-epoch model on 360 held-out digits; the demo's fully trained model is held to the
-    # stricter AGREEMENT_TARGETS (99% / 99% / 97%).
-    assert checks["float16"].top1_agreement >= 0.99 and checks["float16"].max_abs_diff < 1e-2
-    assert checks["dynamic_int8"].top1_agreement >= 0.95 and checks["dynamic_int8"].max_abs_diff < 0.3
-    assert checks["int8"].top1_agreement >= 0.90 and checks["int8"].max_abs_diff < 0.5
+    assert checks["float32"].max_abs_diff < TFLITE_FLOAT32_TOL
+
+    # float16 stores each weight to 2^-11 relative and computes in float32. Error model: the Keras model with its
+    # weights rounded the same way gives the part the rounding makes (computed here, per trained model, so not
+    # tied to one machine); any other float16 constants in the file add at most as much again, and
+    # its float32 kernels TFLITE_FLOAT32_TOL. Measured across 7 settings on an AVX2 EPYC: the rounded weights'
+    # effect 1.6e-3 to 2.2e-3, the file's error within 5e-5 of it (so at least 2.0x inside the bound).
+    rounded = _keras_probabilities(_float16_weights(trained), x_test)
+    rounding = float(np.abs(rounded - _keras_probabilities(trained, x_test)).max())
+    float16_bound = 2 * rounding + TFLITE_FLOAT32_TOL
+    record_property("float16_weight_rounding_effect", float(f"{rounding:.3g}"))
+    record_property("bound:max_abs_diff_float16", f"< {float16_bound:.3g}")
+    assert checks["float16"].max_abs_diff < float16_bound
+    # A 2^-11 perturbation flips only near-exact ties: 99% allows 3 of 360.
+    assert checks["float16"].top1_agreement >= 0.99
+
+    # int8 (weights only, or weights and activations): the probability error depends on which quantisation step
+    # each activation lands in, and so on the float kernels that computed it (full int8: 0.28 to 0.56 across 7
+    # settings on an AVX2 EPYC, 0.61 on a Xeon with AMX; dynamic: 0.027 to 0.048): it is reported above, not
+    # asserted. What holds everywhere is that the class rarely changes.
+    assert checks["dynamic_int8"].top1_agreement >= DYNAMIC_INT8_MIN_AGREEMENT
+    assert checks["int8"].top1_agreement >= INT8_MIN_AGREEMENT
     # Quantisation shrinks the file: float16 weights halve it, int8 weights quarter it (plus graph overhead).
     assert sizes["float16"] < 0.65 * sizes["float32"]
     assert sizes["dynamic_int8"] < 0.5 * sizes["float32"] and sizes["int8"] < 0.5 * sizes["float32"]
 
 
-def test_int8_with_integer_io_takes_uint8_pixels(trained, digits, tmp_path):
+@pytest.mark.numerics
+def test_int8_with_integer_io_takes_uint8_pixels(trained, digits, tmp_path, record_property):
     from ai_edge_litert.interpreter import Interpreter
 
     x_train, _, x_test, y_test = digits
@@ -503,7 +562,10 @@ def test_int8_with_integer_io_takes_uint8_pixels(trained, digits, tmp_path):
     assert scale == pytest.approx(1.0, abs=0.01) and zero_point == 0
     check = export.measure_agreement(trained, path, x_test, y_test, format_name="tflite_int8")
     print(f"\nint8 with uint8 input/output: {check}")
-    assert check.top1_agreement >= 0.90 and export.non_builtin_operators(path) == []
+    record_property("top1_agreement_int8_uint8_io", round(check.top1_agreement, 4))
+    record_property("max_abs_diff_int8_uint8_io", float(f"{check.max_abs_diff:.3g}"))
+    record_property("bound:top1_agreement_int8_uint8_io", f">= {INT8_MIN_AGREEMENT}")
+    assert check.top1_agreement >= INT8_MIN_AGREEMENT and export.non_builtin_operators(path) == []
     with pytest.raises(ValueError, match="integer_io=True needs quantization='int8'"):
         export.tflite(trained, tmp_path / "f16.tflite", quantization="float16", integer_io=True)
 

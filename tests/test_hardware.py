@@ -197,7 +197,8 @@ def test_inference_follows_the_rule_and_pads_the_last_batch(tiny_kwargs, monkeyp
     dataset = tf.data.Dataset.from_tensor_slices((images, np.arange(5) % 5)).batch(2)  # batches of 2, 2, 1
     scores, labels = evaluation.predict_dataset(model, dataset)
     assert chosen == [(hardware.default_kind(), "float32")]
-    np.testing.assert_allclose(scores, model.predict_on_batch(images), atol=1e-5)  # padding rows dropped
+    # Padding rows dropped; batches of 2 against one of 5 change only the matmul blocking (float32 rounding ~1e-6).
+    np.testing.assert_allclose(scores, model.predict_on_batch(images), atol=1e-5)
     assert labels.tolist() == [0, 1, 2, 3, 4]
 
 

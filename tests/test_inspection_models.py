@@ -48,6 +48,7 @@ def test_first_block_attention_matches_numpy_softmax_of_the_blocks_weights(token
 def test_token_model_maps_are_distributions_of_the_right_shape(token_model):
     maps = inspection.attention_maps(token_model, _images(3, 32))
     assert maps.rollout.shape == (3, 4, 4) and maps.heads.shape == (3, 3, 4, 4) and maps.layer == 1
+    # Distributions summed over 16 float32 cells after a float32 rollout product: rounding ~1e-6, 10x.
     np.testing.assert_allclose(maps.rollout.sum((-2, -1)), 1.0, atol=1e-5)
     np.testing.assert_allclose(maps.heads.sum((-2, -1)), 1.0, atol=1e-5)
     assert maps.rollout_image.shape == (3, 32, 32) and maps.heads_image.shape == (3, 3, 32, 32)
@@ -58,6 +59,8 @@ def test_single_image_and_batching_agree(token_model):
     images = _images(5, 32)
     full = inspection.attention_weights(token_model, images, batch_size=16)
     chunked = inspection.attention_weights(token_model, images, batch_size=2)
+    # Attention probabilities in [0, 1]: batch size changes only matmul blocking, float32 rounding ~1e-7. The
+    # 1e-6 bounds below compare the same float32 computation reached another way, or cosines of unit vectors.
     np.testing.assert_allclose(full, chunked, atol=1e-6)
     one = inspection.attention_weights(token_model, images[0])
     np.testing.assert_allclose(one[:, 0], full[:, 0], atol=1e-6)
@@ -158,6 +161,7 @@ def test_filters_of_a_model_kernel_recover_its_components():
     model.get_layer("patch_encoder").embedding.kernel.assign(kernel.astype("float32"))
     filters = inspection.embedding_filters(model, num_components=3)
     assert filters.components.shape == (3, 4, 4, 3) and filters.on_pixels
+    # Principal directions from a float32 SVD of a 48-dim kernel: rounding ~1e-6 on unit vectors, 10x.
     np.testing.assert_allclose(np.abs(np.sum(filters.components.reshape(3, 48) * u.T, axis=1)), 1.0, atol=1e-5)
 
 

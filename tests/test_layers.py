@@ -23,6 +23,7 @@ def test_patch_projection_equals_google_conv_embedding():
     x = rng.standard_normal((1, 8, 12, 3)).astype(np.float32)
     conv = keras.ops.conv(x, kernel, strides=4, padding="valid")
     dense = np.asarray(layers.Patches(4)(x)) @ kernel.reshape(-1, 8)
+    # Same products, other summation order (48-term dot products of N(0, 1) values): float32 rounding ~1e-6.
     np.testing.assert_allclose(dense, np.asarray(conv).reshape(1, -1, 8), atol=1e-5)
 
 
@@ -31,7 +32,7 @@ def test_sincos_table_follows_the_formula():
     omega = 1.0 / 10_000 ** (np.arange(2) / 2)
     row, col = 2, 1  # token 9
     expected = np.concatenate([np.sin(col * omega), np.cos(col * omega), np.sin(row * omega), np.cos(row * omega)])
-    np.testing.assert_allclose(table[row * 4 + col], expected, atol=1e-6)
+    np.testing.assert_allclose(table[row * 4 + col], expected, atol=1e-6)  # float32 sin/cos of values <= 4
     with pytest.raises(ValueError, match="divisible by 4"):
         layers.sincos_2d_position_embeddings((2, 2), 6)
 
@@ -62,6 +63,7 @@ def test_attention_scores_on_request_leave_the_output_unchanged():
     x = np.random.default_rng(1).standard_normal((2, 5, 8)).astype(np.float32)
     y = np.asarray(block(x))
     y2, scores = block(x, return_attention_scores=True)
+    # The same float32 ops with and without returning the scores; softmax rows sum to 1 within float32 rounding.
     np.testing.assert_allclose(np.asarray(y2), y, atol=1e-6)
     scores = np.asarray(scores)
     assert scores.shape == (2, 2, 5, 5)
@@ -85,6 +87,7 @@ def test_std_conv_standardises_the_kernel():
     w = np.random.default_rng(3).standard_normal((1, 1, 4, 2)).astype(np.float32) * 5 + 3
     conv.kernel.assign(w)
     w_std = (w - w.mean(axis=(0, 1, 2))) / (w.std(axis=(0, 1, 2)) + 1e-5)
+    # float32 standardisation of weights ~N(3, 25) against float64: rounding ~1e-6 on O(1) outputs.
     np.testing.assert_allclose(np.asarray(conv(x)), x @ w_std[0, 0], atol=1e-5)
 
 

@@ -189,6 +189,7 @@ def test_loss_counts_only_corrupted_patches(target):
         log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
         per_patch = -np.take_along_axis(log_probs, targets[..., None].astype(int), -1)[..., 0]
         per_patch = per_patch.mean(-1) if target == "downsized_colour" else per_patch
+    # The float32 loss against NumPy on the same float32 outputs: means of O(1) terms, rounding ~1e-7 relative.
     np.testing.assert_allclose(loss, per_patch[corrupted].mean(), rtol=1e-5)
     # Anything predicted for a clean patch leaves the loss as it is; a corrupted one's prediction moves it.
     changed = dict(outputs, predictions=np.where(~corrupted.reshape(*corrupted.shape, *[1] * (predictions.ndim - 2)),
@@ -220,6 +221,7 @@ def test_model_saves_and_reloads_in_safe_mode_with_its_corruption_stream(tmp_pat
     first, second = model(images, training=True), reloaded(images, training=True)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(first["roles"]),
                                   keras.ops.convert_to_numpy(second["roles"]))
+    # Same weights and corruption, same float32 ops: equal to float32 rounding of O(1) predictions.
     np.testing.assert_allclose(keras.ops.convert_to_numpy(first["predictions"]),
                                keras.ops.convert_to_numpy(second["predictions"]), atol=1e-6)
 
@@ -273,6 +275,8 @@ def test_short_run_learns_and_a_resume_continues_it_exactly(tmp_path, monkeypatc
     resumed = training.masked_patch_pretrain(build, _digits(), _config(), output_dir=str(tmp_path / "cut"),
                                              verbose=0)
     assert resumed.updates == 12 and len(resumed.history["loss"]) == 1  # only the second epoch ran again
+    # The resumed run replays the same examples and updates in float32; only retracing can reorder sums, so the
+    # loss and weights agree to rounding noise over 6 steps (~1e-6), 10x.
     np.testing.assert_allclose(resumed.history["loss"][0], whole.history["loss"][1], rtol=1e-5)
     for a, b in zip(whole.encoder.weights, resumed.encoder.weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, err_msg=a.path)

@@ -87,7 +87,7 @@ def test_softmax_head_and_float32_output(tiny_kwargs):
     randomize_weights(model, seed=5)
     probs = np.asarray(model(_images((3, 32, 32, 3), low=0, high=255)))
     assert probs.shape == (3, 6)
-    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)  # float32 softmax: rounding of 6 terms
 
 
 @pytest.mark.parametrize(
@@ -102,6 +102,7 @@ def test_feature_extractor_outputs(tiny_kwargs, pooling, classifier, expected_sh
     if pooling == "avg" and classifier == "token":
         sequence = vit_keras.ViT(image_size=32, include_top=False, classifier=classifier, **tiny_kwargs)
         sequence.set_weights(model.get_weights())
+        # The same float32 mean in another op order: rounding ~1e-7 on O(1) features.
         np.testing.assert_allclose(out, np.asarray(sequence(x))[:, 1:].mean(1), atol=1e-6)
 
 
@@ -156,6 +157,7 @@ def test_preprocess_input_and_in_model_rescaling_agree(tiny_kwargs):
     np.testing.assert_array_equal(vit_keras.preprocess_input(raw), raw)
     scaled = vit_keras.preprocess_input(raw, include_preprocessing=False)
     assert scaled.min() >= -1.0 and scaled.max() <= 1.0
+    # Same weights, rescaling inside or outside the graph: float32 rounding through the model (~1e-6), 10x.
     np.testing.assert_allclose(np.asarray(with_pre(raw)), np.asarray(without(scaled)), atol=1e-5)
 
 

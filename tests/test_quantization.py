@@ -97,22 +97,36 @@ def test_model_quantize_saves_reloads_and_saves_again_identically(tmp_path, mode
     np.testing.assert_array_equal(_predict(again, x), expected)
 
 
-def test_int8_kernels_are_int8_and_follow_the_float_model():
+@pytest.mark.numerics
+def test_int8_kernels_are_int8_and_follow_the_float_model(record_property):
     model = build("vit")
+    # A zero-initialised head would give exactly uniform probabilities, whatever the quantised blocks compute.
+    head = model.get_layer("head")
+    head.kernel.assign(np.random.default_rng(0).normal(0, 0.5, head.kernel.shape).astype("float32"))
     x = images()
     float_out = _predict(model, x)
     model.quantize("int8")
     dense_0 = model.get_layer("Transformer_encoderblock_0").mlp.dense_0
     assert keras.backend.standardize_dtype(dense_0._kernel.dtype) == "int8"
-    # The head is near-uniform (zero-initialised kernel) on an untrained model: compare the probabilities.
-    np.testing.assert_allclose(_predict(model, x), float_out, atol=0.01)
+    # Per-channel int8 weights err by up to scale/2 = max|w|/254 and Keras quantises each row of activations the
+    # same way, so every layer's output moves by under 1% of its range; which step a value rounds to depends on
+    # the float kernels before it: 0.008 to 0.0385 across the 7 settings `make test-numerics` runs on an AVX2
+    # EPYC. Bound: 2.1x that worst; a wrong scale or zero point moves these probabilities by tenths.
+    diff = float(np.abs(_predict(model, x) - float_out).max())
+    record_property("max_abs_diff", float(f"{diff:.3g}"))
+    record_property("bound:max_abs_diff", "< 0.08")
+    np.testing.assert_allclose(_predict(model, x), float_out, atol=0.08)
 
 
-@pytest.mark.parametrize("mode, tolerance", [("int8", 0.05), ("float8", 0.25), ("int4", 0.4)])
-def test_quantize_after_loading_a_checkpoint_stays_near_the_reference_logits(tmp_path, mode, tolerance):
+@pytest.mark.numerics
+@pytest.mark.parametrize("mode, tolerance", [("int8", 0.05), ("float8", 0.25), ("int4", 0.45)])
+def test_quantize_after_loading_a_checkpoint_stays_near_the_reference_logits(tmp_path, mode, tolerance,
+                                                                              record_property):
     """Order: build with the float checkpoint, then quantize. vit_jax's logits (max |logit| 1.21) are matched to
-    6.6e-7 in float32; the quantized model's worst logit error stays within `tolerance` (measured: int8 0.023,
-    float8 0.117, int4 0.207) and is not zero (the quantized path is the one that runs)."""
+    6.6e-7 in float32; the quantized model's worst logit error stays within `tolerance` and is not zero (the
+    quantized path is the one that runs). Each tolerance is about 2x the worst measured across the arithmetic
+    settings of `make test-numerics` (int8 0.0229, float8 0.117, int4 0.207, the same at all 7 settings on an
+    AVX2 EPYC: the quantisation steps set the error, not the float kernels)."""
     with open(os.path.join(FIXTURE, "meta.json")) as f:
         kwargs = json.load(f)["kwargs"]
     x, reference = np.load(os.path.join(FIXTURE, "input.npy")), np.load(os.path.join(FIXTURE, "expected.npy"))
@@ -120,6 +134,8 @@ def test_quantize_after_loading_a_checkpoint_stays_near_the_reference_logits(tmp
     model.quantize(mode)
     logits = _predict(model, x)
     error = np.abs(logits - reference).max()
+    record_property("max_abs_logit_error", float(f"{error:.3g}"))
+    record_property("bound:max_abs_logit_error", f"< {tolerance}")
     assert 1e-4 < error < tolerance
     path = str(tmp_path / "checkpoint_quantized.keras")
     model.save(path)

@@ -72,7 +72,7 @@ def test_layer_config_round_trip(layer, input_shape):
     assert clone.get_config() == layer.get_config()
     clone_out = clone(x)
     clone.set_weights(layer.get_weights())
-    np.testing.assert_allclose(np.asarray(clone(x)), np.asarray(out), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(clone(x)), np.asarray(out), atol=1e-6)  # same weights, same float32 ops
     assert tuple(clone_out.shape) == tuple(out.shape)
     assert tuple(layer.compute_output_shape(input_shape)) == tuple(out.shape)
     serialized = keras.saving.serialize_keras_object(layer)

@@ -33,6 +33,7 @@ def test_schedule_follows_vit_jax_formula():
     steps = np.arange(0, 501, 7)
     progress = np.clip((steps - 50) / 450, 0, 1)
     expected = 0.03 * np.minimum(1, steps / 50) * 0.5 * (1 + np.cos(np.pi * progress))
+    # The float32 schedule against the float64 formula: cos of a float32 progress, rounding ~1e-7 relative.
     np.testing.assert_allclose([float(schedule(s)) for s in steps], expected, rtol=1e-5, atol=1e-8)
     linear = training.WarmupDecay(1e-3, warmup_steps=10, total_steps=110, schedule="linear")
     assert float(linear(60)) == pytest.approx(0.5e-3, rel=1e-5)

@@ -32,6 +32,7 @@ def test_demo_runs_both_stages_and_every_demo_step(tmp_path, monkeypatch, capsys
 
 
 @pytest.mark.slow
+@pytest.mark.numerics
 def test_trained_digits_model_meets_the_export_agreement_targets(tmp_path, record_property):
     # A trained model, not a random one: quantisation flips near-ties, and an untrained model is all near-ties.
     # 4x4 patches (a 2x2 grid) train to ~97% in seconds where the demo's 2x2 patches need a minute.
@@ -45,6 +46,8 @@ def test_trained_digits_model_meets_the_export_agreement_targets(tmp_path, recor
     model.fit(x_train, y_train, batch_size=64, epochs=EPOCHS, verbose=0)
     accuracy = model.evaluate(x_test, y_test, verbose=0)[1]
     record_property("keras_accuracy", round(accuracy, 4))
+    record_property("bound:keras_accuracy", ">= 0.9")
+    # A guard (worst measured 96.94% across the 7 settings of `make test-numerics` on an AVX2 EPYC: 3.3x margin).
     assert accuracy >= 0.9, "the model must be trained for agreement to mean anything"
 
     data = demo.DemoData(x_test, y_test, x_train)
@@ -54,7 +57,14 @@ def test_trained_digits_model_meets_the_export_agreement_targets(tmp_path, recor
           + ", ".join(f"{name} {value:.2%}" for name, value in agreement.items()))
     for name, value in agreement.items():
         record_property(f"top1_agreement_{name}", round(value, 4))
-    # The targets, the same as export.AGREEMENT_TARGETS (which export_for_deployment also enforces).
+        record_property(f"max_abs_diff_{name}", float(f"{rows[name].max_abs_diff:.3g}"))
+    targets = {"saved_model": ">= 1.0", "tflite_float32": ">= 0.99", "tflite_float16": ">= 0.99",
+               "tflite_dynamic_int8": ">= 0.99", "tflite_int8": ">= 0.97"}
+    for name, target in targets.items():
+        record_property(f"bound:top1_agreement_{name}", target)
+    # The deployment targets, export.AGREEMENT_TARGETS (which export_for_deployment also enforces): requirements,
+    # not fitted bounds. Across the 7 settings of `make test-numerics` on an AVX2 EPYC the worst are int8 98.89%
+    # (2.7x inside 97%) and dynamic int8 99.44% (only 1.8x inside 99%: 2 of 360 digits flip where 3 may).
     assert agreement["saved_model"] == 1.0 and agreement["tflite_float32"] >= 0.99
     assert agreement["tflite_float16"] >= 0.99
     assert agreement["tflite_dynamic_int8"] >= 0.99
