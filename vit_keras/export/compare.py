@@ -33,12 +33,15 @@ _QUANTIZATION = {
     "tflite_int8": "int8",
 }
 # Top-1 agreement with the Keras model that a well-trained classifier keeps after export. TFLite and ONNX float32
-# may flip near-ties (and differ by bfloat16 rounding from a model trained under mixed_bfloat16).
+# may flip near-ties (and differ by bfloat16 rounding from a model trained under mixed_bfloat16). Quantised formats
+# flip more, by an amount that depends on the CPU's float kernels: each target leaves at least twice the worst
+# shortfall measured for the demo's model across oneDNN ISA caps, oneDNN off, TFLite with and without XNNPACK and
+# 1 / 2 threads (dynamic int8: 99.44% at worst, so 98.5%; full int8: 98.89%, so 97%).
 AGREEMENT_TARGETS = {
     "saved_model": 1.0,
     "tflite_float32": 0.99,
     "tflite_float16": 0.99,
-    "tflite_dynamic_int8": 0.99,
+    "tflite_dynamic_int8": 0.985,
     "tflite_int8": 0.97,
     "onnx": 0.99,
 }
