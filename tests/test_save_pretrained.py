@@ -17,21 +17,13 @@ import torch
 import transformers
 
 import vit_keras
+from tests.test_family import _check  # the family fixtures' tolerance, stated there
 from vit_keras.weights import save as save_lib
 
 FAMILY = os.path.join(os.path.dirname(__file__), "fixtures", "family")
 HF_DIR = os.path.join(os.path.dirname(__file__), "fixtures", "hf_dir")
 TIMM_CASES = sorted(name for name in os.listdir(FAMILY) if name.startswith("timm_"))
 HF_CASES = sorted(name for name in os.listdir(FAMILY) if name.startswith("hf_"))
-TOLERANCE = 5e-5
-
-
-def _check(out, reference):
-    out, reference = np.asarray(out, np.float32), np.asarray(reference, np.float32)
-    assert out.shape == reference.shape
-    scale = max(1.0, float(np.abs(reference).max()))
-    assert np.abs(out - reference).max() <= TOLERANCE * scale, np.abs(out - reference).max()
-    np.testing.assert_array_equal(out.argmax(-1), reference.argmax(-1))
 
 
 def _meta(case):
