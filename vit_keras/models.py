@@ -15,6 +15,7 @@ from vit_keras.layers import ImageSizeCheck, MAPHead, PatchEncoder, Patches, Res
 from vit_keras.layers.dtypes import check_model_dtype, policy_for
 from vit_keras.layers.encoder import CLASSIFIERS
 from vit_keras.layers.pooling import POOLINGS
+from vit_keras.model_config import config_of  # noqa: F401 (re-exported: vit_keras.models.config_of)
 from vit_keras.preprocessing import preprocess_input  # noqa: F401 (re-exported: vit_keras.models.preprocess_input)
 
 DEFAULT_LAYER_NORM_EPSILON = 1e-6
@@ -297,22 +298,6 @@ def build_vit(
         if classifier_activation not in (None, "linear"):
             x = keras.layers.Activation(classifier_activation, dtype=float32("predictions"), name="predictions")(x)
     return keras.Model(inputs, x, name=name or "vit")
-
-
-def config_of(model) -> ViTConfig:
-    """The `ViTConfig` a vit_keras model was built from (also after `.keras` save and load).
-
-    Example:
-        >>> config_of(vit_keras.ViTTi16(image_size=32)).hidden_size  # doctest: +SKIP
-        192
-    """
-    try:
-        architecture = model.get_layer("patch_encoder").architecture
-    except ValueError as error:
-        raise ValueError(f"{model.name!r} is not a vit_keras model (no 'patch_encoder' layer).") from error
-    if architecture is None:
-        raise ValueError(f"{model.name!r} does not carry its architecture; build it with vit_keras.ViT.")
-    return ViTConfig.from_dict(architecture)
 
 
 _FAMILY_DEFAULTS = dict(layer_scale=False, num_register_tokens=0, no_embed_class=False, pre_norm=False,

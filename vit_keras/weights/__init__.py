@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Callable
 
 from vit_keras.layers.dtypes import quantized_layers
+from vit_keras.model_config import config_of
 from vit_keras.weights import download, google, hf, json_config, registry, timm
 from vit_keras.weights.assign import assign_params
 from vit_keras.weights.infer import infer_config_fields
@@ -249,7 +250,7 @@ def describe(weights, *, architecture: dict | None = None, image_size=None, sha2
 def architecture_of(model) -> dict:
     """The architecture arguments of a built vit_keras model (for registry look-ups and conversion).
 
-    Read from the `ViTConfig` the model carries (`vit_keras.models.config_of`).
+    Read from the `ViTConfig` the model carries (`vit_keras.model_config.config_of`).
 
     Example:
         >>> architecture_of(model)["hidden_size"]  # doctest: +SKIP
@@ -260,14 +261,12 @@ def architecture_of(model) -> dict:
 
 
 def model_config(model):
-    """The `ViTConfig` a vit_keras model carries (see `vit_keras.models.config_of`).
+    """The `ViTConfig` a vit_keras model carries (`vit_keras.model_config.config_of`).
 
     Example:
         >>> model_config(vit_keras.ViTTi16(image_size=32)).hidden_size  # doctest: +SKIP
         192
     """
-    from vit_keras.models import config_of  # models imports this package: a module-level import would cycle
-
     return config_of(model)
 
 
