@@ -19,6 +19,7 @@ import os
 import warnings
 from collections.abc import Callable
 
+from vit_keras.configs import CLASSIFIER_POOLS, config_fields
 from vit_keras.layers.dtypes import quantized_layers
 from vit_keras.model_config import config_of
 from vit_keras.weights import download, google, hf, json_config, registry, timm
@@ -248,7 +249,8 @@ def describe(weights, *, architecture: dict | None = None, image_size=None, sha2
 
 
 def architecture_of(model) -> dict:
-    """The architecture arguments of a built vit_keras model (for registry look-ups and conversion).
+    """The architecture arguments of a built vit_keras model: every `ViTConfig` field but `name`, and `classifier`
+    (the older name of `global_pool`) for code written against it.
 
     Read from the `ViTConfig` the model carries (`vit_keras.model_config.config_of`).
 
@@ -257,7 +259,8 @@ def architecture_of(model) -> dict:
         768
     """
     config = model_config(model)
-    return {**config.model_kwargs(), "classifier": "token" if config.class_token else "gap"}
+    classifier = {pool: name for name, pool in CLASSIFIER_POOLS.items()}[config.global_pool]
+    return {**{field: getattr(config, field) for field in config_fields()}, "classifier": classifier}
 
 
 def model_config(model):
