@@ -14,7 +14,6 @@ import torch  # installed by `make test` (setup.cfg [test]): a broken install mu
 import transformers
 
 import vit_keras
-from tests.qkv_bias_blocks import blocks_without_qkv_bias
 from tests.torch_compat import randomise_parameters
 from vit_keras.weights.assign import model_slots
 
@@ -161,7 +160,6 @@ def test_bfloat16_weights_and_no_qkv_bias(tmp_path, monkeypatch):
     # A model with q/k/v biases does not fit: the checkpoint has none, and none is invented.
     with pytest.raises(ValueError, match=r"(?s)query/bias.*build the model with qkv_bias=False"):
         vit_keras.ViT(image_size=32, classes=5, weights=directory, **_vit_kwargs(config))
-    blocks_without_qkv_bias(monkeypatch)
     model = vit_keras.ViT(image_size=32, classes=5, weights=directory, qkv_bias=False, **_vit_kwargs(config))
     assert not any("query/bias" in name for name in model_slots(model))
     _check(_keras_run(model, x), _torch_run(reference_model, x).logits.numpy())

@@ -19,7 +19,6 @@ import torch
 from timm.models.vision_transformer import VisionTransformer, _load_weights
 
 import vit_keras
-from tests.qkv_bias_blocks import blocks_without_qkv_bias
 from tests.torch_compat import randomise_parameters
 from vit_keras.weights.assign import model_slots
 
@@ -86,7 +85,6 @@ def test_timm_without_qkv_bias_builds_no_bias_and_matches_timm(tmp_path, monkeyp
     reference = _torch_logits(reference_model, x)
     with pytest.raises(ValueError, match=r"(?s)query/bias.*build the model with qkv_bias=False"):
         vit_keras.ViT(image_size=32, classes=5, weights=path, **ARCH)
-    blocks_without_qkv_bias(monkeypatch)
     model = vit_keras.ViT(image_size=32, classes=5, weights=path, qkv_bias=False, **ARCH)
     assert not any(name.endswith(("query/bias", "key/bias", "value/bias")) for name in model_slots(model))
     assert "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/out/bias" in model_slots(model)

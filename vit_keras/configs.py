@@ -125,8 +125,8 @@ class ViTConfig:
     - `global_pool`: what the head reads: `"token"` (class token), `"avg"` (mean of the patch tokens) or `"map"`
       (attention pooling with a learned probe: big_vision `MAPHead`, timm `attn_pool`, SigLIP's `head`).
     - `fc_norm`: the final LayerNorm is applied after pooling instead of over every token (timm `fc_norm`, CLIP's
-      `post_layernorm`); `qkv_bias` / `patch_bias`: whether those projections have biases (absent ones load as
-      zeros, which is the same function).
+      `post_layernorm`); `qkv_bias` / `patch_bias`: whether those projections have biases (without them the model
+      has no such variables, and a checkpoint must agree: a missing bias is refused, never read as zero).
     - `image_size=None`: the model takes any image size divisible by the patch size (by the total stride for
       hybrids) at call time. Its position embeddings are stored at `pos_grid` (default: the 224x224 grid; a
       checkpoint's own grid when loaded with one) and resampled inside the graph to each call's grid with
@@ -322,17 +322,63 @@ class ViTConfig:
         return cls(**values)
 
     def model_kwargs(self) -> dict:
-        """Keyword arguments for `vit_keras.ViT` that rebuild this variant's backbone."""
-        return {
-            "patch_size": self.patch_size,
-            "hidden_size": self.hidden_size,
-            "mlp_dim": self.mlp_dim,
-            "num_heads": self.num_heads,
-            "num_layers": self.num_layers,
-            "resnet": self.resnet,
-            "dropout_rate": self.dropout_rate,
-            "attention_dropout_rate": self.attention_dropout_rate,
-        }
+        """Keyword arguments for `vit_keras.ViT` that rebuild this architecture: the fields that differ from the
+        dataclass defaults (all but `name`, which `ViT` leaves to the Keras model's own `name`).
+
+        Example:
+            >>> VARIANTS["L/32"].model_kwargs()
+            {'patch_size': 32, 'hidden_size': 1024, 'mlp_dim': 4096, 'num_heads': 16, 'num_layers': 24}
+            >>> VARIANTS["B/16"].model_kwargs()
+            {}
+        """
+        defaults = ViTConfig()
+        return {field: getattr(self, field) for field in config_fields()
+                if getattr(self, field) != getattr(defaults, field)}
+
+
+def config_fields() -> tuple[str, ...]:
+    """The `ViTConfig` fields a model constructor takes: all but `name` (a model's `name` is its Keras name).
+
+    Example:
+        >>> "layer_scale" in config_fields() and "name" not in config_fields()
+        True
+    """
+    return tuple(f.name for f in dataclasses.fields(ViTConfig) if f.name != "name")
+
+
+CLASSIFIER_POOLS = {"token": "token", "gap": "avg", "map": "map"}
+
+
+def translate_aliases(arguments: Mapping) -> dict:
+    """Map the constructors' older argument names onto `ViTConfig` fields; every other key is passed on as is.
+
+    `classifier="token" | "gap" | "map"` is `global_pool="token" | "avg" | "map"` (the last two without a class
+    token unless `class_token` says otherwise); `gelu_approximate=True | False` is `activation="gelu_tanh" |
+    "gelu"` (None, or an explicit `activation`, leaves it to `activation`). A `classifier` that contradicts an
+    explicit `global_pool` is refused.
+
+    Example:
+        >>> translate_aliases({"classifier": "gap", "gelu_approximate": False})
+        {'global_pool': 'avg', 'class_token': False, 'activation': 'gelu'}
+    """
+    out = dict(arguments)
+    if "classifier" in out:
+        classifier = out.pop("classifier")
+        if classifier not in CLASSIFIER_POOLS:
+            raise ValueError(f"`classifier` must be 'token', 'gap' or 'map', got {classifier!r}.")
+        pool = CLASSIFIER_POOLS[classifier]
+        if out.get("global_pool", pool) != pool:
+            raise ValueError(f"`classifier={classifier!r}` means global_pool={pool!r} but `global_pool` is "
+                             f"{out['global_pool']!r}; pass only one of them.")
+        out["global_pool"] = pool
+        out.setdefault("class_token", classifier == "token")
+    if "gelu_approximate" in out:
+        approximate = out.pop("gelu_approximate")
+        if approximate is not None and not isinstance(approximate, bool):
+            raise ValueError(f"`gelu_approximate` must be True, False or None, got {approximate!r}.")
+        if approximate is not None and out.get("activation") is None:
+            out["activation"] = "gelu_tanh" if approximate else "gelu"
+    return out
 
 
 def _row(name, patch, hidden, mlp, heads, layers, resnet=None, dropout=0.0):

@@ -11,15 +11,23 @@ import keras
 import numpy as np
 
 from vit_keras import weights as weights_lib
-from vit_keras.configs import DEFAULT_IMAGE_SIZE, VARIANTS, ViTConfig, check_hw, check_positive_int
+from vit_keras.configs import (
+    DEFAULT_IMAGE_SIZE,
+    VARIANTS,
+    ViTConfig,
+    check_hw,
+    check_positive_int,
+    config_fields,
+    translate_aliases,
+)
 from vit_keras.layers import ImageSizeCheck, MAPHead, PatchEncoder, Patches, ResNetStem, TokenPooling, TransformerBlock
 from vit_keras.layers.dtypes import check_model_dtype, policy_for
-from vit_keras.layers.encoder import CLASSIFIERS
 from vit_keras.layers.pooling import POOLINGS
 from vit_keras.model_class import VisionTransformer
+from vit_keras.model_config import config_of  # noqa: F401 (re-exported: vit_keras.models.config_of)
 from vit_keras.preprocessing import preprocess_input  # noqa: F401 (re-exported: vit_keras.models.preprocess_input)
 
-DEFAULT_LAYER_NORM_EPSILON = 1e-6
+DEFAULT_LAYER_NORM_EPSILON = ViTConfig.layer_norm_epsilon
 INPUT_NAME = "images"
 
 
@@ -276,6 +284,7 @@ def build_vit(
             layer_norm_epsilon=config.layer_norm_epsilon,
             activation=config.activation,
             layer_scale=config.layer_scale,
+            qkv_bias=config.qkv_bias,
             query_tokens=head_tokens if i == config.num_layers - 1 else None,
             dtype=dtype,
             name=f"Transformer_encoderblock_{i}",
@@ -321,41 +330,9 @@ def build_vit(
     return VisionTransformer(inputs, x, name=name or "vit")
 
 
-def config_of(model) -> ViTConfig:
-    """The `ViTConfig` a vit_keras model was built from (also after `.keras` save and load).
-
-    Example:
-        >>> config_of(vit_keras.ViTTi16(image_size=32)).hidden_size  # doctest: +SKIP
-        192
-    """
-    try:
-        architecture = model.get_layer("patch_encoder").architecture
-    except ValueError as error:
-        raise ValueError(f"{model.name!r} is not a vit_keras model (no 'patch_encoder' layer).") from error
-    if architecture is None:
-        raise ValueError(f"{model.name!r} does not carry its architecture; build it with vit_keras.ViT.")
-    return ViTConfig.from_dict(architecture)
-
-
-_FAMILY_DEFAULTS = dict(layer_scale=False, num_register_tokens=0, no_embed_class=False, pre_norm=False,
-                        fc_norm=False, distilled=False, qkv_bias=True, patch_bias=True, activation=None,
-                        pos_grid=None, pos_interpolation=None)
-
-
 def ViT(
     image_size=DEFAULT_SIZE,
-    patch_size=16,
-    hidden_size=768,
-    num_layers=12,
-    num_heads=12,
-    mlp_dim=3072,
-    classifier="token",
-    representation_size=None,
-    resnet=None,
-    layer_norm_epsilon=None,
-    gelu_approximate=None,
-    dropout_rate=0.0,
-    attention_dropout_rate=0.0,
+    *,
     include_top=True,
     include_preprocessing=True,
     weights=None,
@@ -365,12 +342,11 @@ def ViT(
     classes=1000,
     classifier_activation="softmax",
     name=None,
-    position_embedding="learned_1d",
     interpolation="linear",
     source_grid=None,
     dtype=None,
     head_tokens_only=False,
-    **family,
+    **architecture,
 ):
     """Build a Vision Transformer (Dosovitskiy et al., 2020) as a Keras functional model.
 
@@ -384,7 +360,9 @@ def ViT(
             MLP width M.
         classifier: `"token"` (class token), `"gap"` (mean of the patch tokens, no class token) or `"map"`
             (attention pooling, no class token).
-        representation_size: width of the tanh "pre_logits" layer of the ImageNet-21k checkpoints.
+        representation_size: width of the tanh "pre_logits" layer of the ImageNet-21k checkpoints. Left out, it is
+            the checkpoint's when the model keeps the checkpoint's own head (include_top, same classes); None: no
+            such layer.
         resnet: None, or `{"num_layers": [3, 4, 9], "width_factor": 1}` for an R+ViT hybrid.
         layer_norm_epsilon: None means what the weights were trained with (1e-6 without weights).
         gelu_approximate: None means what the weights were trained with (tanh GELU without weights,
@@ -428,11 +406,15 @@ def ViT(
             about 7% fewer FLOPs for ViT-B/16 at 224, in inference and training; the last block's layer output is
             then `(batch, 1, D)` instead of every token, so leave it off to read patch features or attention maps of
             the last block. Needs `classifier="token"` with the head, or `pooling="token"` without it.
-        **family: the family's switches, fields of `vit_keras.configs.ViTConfig`: `layer_scale`,
-            `num_register_tokens`, `no_embed_class`, `pre_norm`, `fc_norm`, `distilled`, `qkv_bias`, `patch_bias`,
-            `activation` ("gelu_tanh", "gelu", "quick_gelu"; overrides `gelu_approximate`); for a model of any
-            size, `pos_grid` (the stored grid; default the checkpoint's, or 224 / stride) and `pos_interpolation`
-            ("linear", "bicubic", "bicubic_antialias"; default `interpolation`, antialiased for timm weights).
+        **architecture: the fields of `vit_keras.configs.ViTConfig` (`ViT(**kw)` builds `ViTConfig(**kw)`;
+            `vit_keras.configs.config_fields()` lists them), e.g. `layer_scale`, `num_register_tokens`,
+            `no_embed_class`, `pre_norm`, `fc_norm`, `distilled`, `qkv_bias`, `patch_bias`, `global_pool`,
+            `class_token`, `activation` ("gelu_tanh", "gelu", "quick_gelu"; overrides `gelu_approximate`); for a
+            model of any size, `pos_grid` (the stored grid; default the checkpoint's, or 224 / stride) and
+            `pos_interpolation` ("linear", "bicubic", "bicubic_antialias"; default `interpolation`, antialiased
+            for timm weights). `classifier` and `gelu_approximate` are accepted as the older names of
+            `global_pool` / `class_token` and `activation` (`vit_keras.configs.translate_aliases`). Any other
+            keyword is refused with the list of fields.
 
     Returns:
         A `keras.Model` whose input is named `"images"`.
@@ -448,75 +430,164 @@ def ViT(
         >>> model = ViT(image_size=(128, 256), patch_size=16, weights="wide.npz", source_grid=(4, 16),
         ...             interpolation="bicubic")  # doctest: +SKIP
     """
-    unknown = sorted(set(family) - set(_FAMILY_DEFAULTS))
+    architecture = translate_aliases(architecture)
+    unknown = sorted(set(architecture) - set(config_fields()) - {"image_size"})
     if unknown:
-        raise TypeError(f"ViT() got unexpected keyword arguments {unknown}.")
-    family = {**_FAMILY_DEFAULTS, **family}
+        raise TypeError(
+            f"ViT() got unknown arguments {unknown}. The architecture arguments are the ViTConfig fields "
+            f"{sorted(set(config_fields()) - {'image_size'})} (and the older names `classifier`, `gelu_approximate`); "
+            "the model arguments are include_top, include_preprocessing, weights, input_shape, input_tensor, "
+            "pooling, classes, classifier_activation, name, interpolation, source_grid, dtype, head_tokens_only."
+        )
     interpolation = weights_lib.check_interpolation(interpolation)
     source_grid = weights_lib.check_source_grid(source_grid)
     if source_grid is not None and weights is None:
         raise ValueError("`source_grid` describes the stored grid of a checkpoint's position embeddings; pass it "
                          "with `weights=`, or drop it.")
-    if classifier not in (*CLASSIFIERS, "map"):
-        raise ValueError(f"`classifier` must be 'token', 'gap' or 'map', got {classifier!r}.")
     if input_tensor is not None and not keras.backend.is_keras_tensor(input_tensor):
         raise ValueError("`input_tensor` must be a Keras tensor, e.g. the output of `keras.Input(...)`.")
     height, width, channels = _resolve_input_shape(image_size, input_shape, input_tensor)
     any_size = height is None or width is None
-    pos_grid, pos_interpolation = family.pop("pos_grid"), family.pop("pos_interpolation")
-    if not any_size and (pos_grid is not None or pos_interpolation is not None):
+    if not any_size and (architecture.get("pos_grid") is not None or architecture.get("pos_interpolation") is not None):
         raise ValueError("`pos_grid` and `pos_interpolation` describe the position embeddings of a model that takes "
                          "any image size (image_size=None); a fixed-size model stores them at its own grid. Drop "
                          "them, or pass image_size=None.")
     dtype = check_model_dtype(dtype)
     _check_quantized_weights(weights, dtype)
-    activation = family.pop("activation")
-    if activation is None and gelu_approximate is not None:
-        activation = "gelu_tanh" if gelu_approximate else "gelu"
-    config = ViTConfig(
-        patch_size=patch_size, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads, mlp_dim=mlp_dim,
-        resnet=resnet, dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
-        image_size=None if any_size else (height, width), class_token=classifier == "token",
-        pos_grid=pos_grid, pos_interpolation=pos_interpolation or interpolation,
-        global_pool={"token": "token", "gap": "avg", "map": "map"}[classifier],
-        position_embedding=position_embedding, representation_size=representation_size,
-        activation=activation or "gelu_tanh",
-        layer_norm_epsilon=DEFAULT_LAYER_NORM_EPSILON if layer_norm_epsilon is None else layer_norm_epsilon,
-        **family,
-    )
+    # ViT() states the whole architecture (the ViTConfig defaults for what the caller leaves out); only the numerics
+    # left open (None) and the representation layer, unless passed, follow the checkpoint (`resolve_config`).
+    overrides = {**architecture, "image_size": None if any_size else (height, width)}
+    config = resolve_config(None, overrides, interpolation=interpolation)
+    overrides = {**{field: getattr(config, field) for field in config_fields()
+                    if field not in (*OPEN_FIELDS, "representation_size")}, **overrides}
     _check_head_options(include_top, pooling, classes, classifier_activation, config)
-    info = weights_lib.describe(weights, architecture=config.model_kwargs(), image_size=config.reference_image_size)
+    info = weights_lib.describe(weights, architecture=config.to_dict(), image_size=config.reference_image_size)
+    return build_from_checkpoint(
+        info, overrides, interpolation=interpolation, source_grid=source_grid, include_top=include_top, pooling=pooling,
+        classes=classes, classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
+        input_tensor=input_tensor, channels=channels, name=name, input_size=(height, width) if any_size else None,
+        dtype=dtype, head_tokens_only=head_tokens_only, headless_representation=False,
+    )
+
+
+# Numerics a caller may leave open (None): they follow the checkpoint, or take the ViTConfig default without one.
+OPEN_FIELDS = ("activation", "layer_norm_epsilon", "pos_grid", "pos_interpolation")
+
+
+def resolve_config(info, overrides: dict, *, include_top: bool = True, classes=None, interpolation=None,
+                   source_grid=None, headless_representation: bool = True) -> ViTConfig:
+    """The config of the model a checkpoint and a caller's overrides describe: one set of rules for `ViT(weights=)`,
+    `from_pretrained` and `vit-keras convert`.
+
+    `info` is a `vit_keras.weights.CheckpointInfo` (None: no checkpoint) whose `architecture` holds the fields the
+    source determines; `overrides` are `ViTConfig` fields the caller chose, and win. Then:
+
+    - `activation`, `layer_norm_epsilon` (`OPEN_FIELDS`) left out or None follow the checkpoint.
+    - `image_size` left out is the checkpoint's stored size (224 when it does not say); `None` is any size, with
+      `pos_grid` the checkpoint's stored grid and `pos_interpolation` the in-graph form of `interpolation`.
+    - `representation_size` left out is the checkpoint's, dropped when a fresh head replaces the checkpoint's
+      (`include_top` with other `classes`), as vit_jax's `load_pretrained` fine-tunes, and without a head
+      (`include_top=False`) unless `headless_representation` (True: the checkpoint's own model without its
+      classifier, e.g. transformers' pooler output; `ViT()` passes False: the backbone's features); an explicit
+      value (None: no representation layer) wins.
+    - `interpolation` None is the source's own (`CheckpointInfo.default_interpolation`: vit_jax's linear for Google
+      files, bicubic for timm and transformers).
+
+    Example:
+        >>> resolve_config(None, {"patch_size": 8, "hidden_size": 48, "num_heads": 3, "image_size": 32}).grid_size
+        (4, 4)
+    """
+    overrides = {k: v for k, v in overrides.items() if not (k in OPEN_FIELDS and v is None)}
+    unknown = sorted(set(overrides) - set(config_fields()))
+    if unknown:
+        raise ValueError(f"Unknown ViTConfig fields {unknown}; the fields are {list(config_fields())}.")
+    interpolation = weights_lib.check_interpolation(
+        interpolation or (info.default_interpolation if info is not None else "linear"))
+    fields = {} if info is None else _checkpoint_fields(info, overrides, source_grid)
+    fields = {k: v for k, v in fields.items() if k in config_fields()}
+    if info is not None:
+        for field in ("activation", "layer_norm_epsilon"):
+            if fields.get(field) is None and getattr(info, field) is not None:
+                fields[field] = getattr(info, field)
+        if fields.get("representation_size") is None:
+            fields["representation_size"] = info.representation_size
+        fresh_head = include_top and classes is not None and classes != info.classes
+        if fresh_head or (not include_top and not headless_representation):
+            fields["representation_size"] = None
+    fields = {k: v for k, v in fields.items() if v is not None or k in ("image_size", "representation_size")}
+    if fields.get("image_size") is None:
+        fields["image_size"] = (DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE)
+    fields.update(overrides)
+    if fields["image_size"] is None and info is not None:
+        config = ViTConfig.from_dict({**fields, "image_size": (DEFAULT_IMAGE_SIZE,) * 2, "pos_grid": None})
+        if "pos_grid" not in overrides:
+            # Kept at the checkpoint's own grid: every call resamples from the stored table, as timm's
+            # dynamic_img_size and transformers' interpolate_pos_encoding do.
+            fields["pos_grid"] = weights_lib.stored_grid(
+                info, num_heads=config.num_heads, num_embedded_prefix_tokens=config.num_embedded_prefix_tokens,
+                source_grid=source_grid)
+        if "pos_interpolation" not in overrides:
+            fields["pos_interpolation"] = weights_lib.grid_interpolation(info, interpolation)
+    elif fields["image_size"] is None and "pos_interpolation" not in overrides:
+        fields["pos_interpolation"] = interpolation
+    if fields["image_size"] is not None:
+        fields["pos_grid"] = None
+    return ViTConfig.from_dict(fields)
+
+
+def _checkpoint_fields(info, overrides: dict, source_grid) -> dict:
+    """The fields a checkpoint determines: its config's, or read off its arrays (a Google `.npz`, whose stored grid
+    `source_grid` may state; a bare timm state dict, which needs `num_heads`)."""
+    if info.format == "keras":
+        return {}
+    fields = dict(info.architecture or {})
+    if info.reader is not None and (not fields or (source_grid is not None and info.format == "google_npz")):
+        num_heads = overrides.get("num_heads")
+        if info.format == "timm" and num_heads is None:
+            raise ValueError(f"{info.path!r} is a bare timm state dict, which does not say its number of heads; "
+                             "pass num_heads, or the directory timm's save_for_hf writes (config.json + "
+                             "model.safetensors).")
+        fields = weights_lib.infer_config_fields(info.read(num_heads), source_grid=source_grid)
+    return fields
+
+
+def build_from_checkpoint(info, overrides: dict, *, interpolation=None, source_grid=None, include_top=True,
+                          pooling=None, classes=None, classifier_activation="softmax", include_preprocessing=True,
+                          input_tensor=None, channels=3, name=None, input_size=None, dtype=None,
+                          head_tokens_only=False, headless_representation=True):
+    """The factory behind `ViT(weights=)`, `from_pretrained` and `vit-keras convert`: resolve the config
+    (`resolve_config`: the checkpoint's fields, the caller's `overrides` winning), build it (`build_vit`) and
+    assign the checkpoint's parameters (`vit_keras.weights.load_into`).
+
+    `info` is what `vit_keras.weights.describe` returns (None: random weights); `classes=None` is the checkpoint's;
+    `headless_representation`: see `resolve_config`.
+
+    Example:
+        >>> model = build_from_checkpoint(None, {"patch_size": 8, "hidden_size": 48, "num_heads": 3,
+        ...                                      "num_layers": 1, "image_size": 32}, classes=10)
+        >>> model.output_shape
+        (None, 10)
+    """
     if info is not None and channels != 3:
         raise ValueError(
             f"Pretrained weights expect RGB images (3 channels), got {channels}; pass input_shape=(H, W, 3) "
             "or weights=None."
         )
-    if info is not None:
-        # Numerics the user left open follow the checkpoint (its GELU, its LayerNorm epsilon); the checkpoint's
-        # classifier (e.g. ImageNet-21k with its tanh pre_logits) is kept only when the model asks for the same
-        # classes; fine-tuning drops pre_logits as vit_jax `load_pretrained` does.
-        changes = {}
-        if activation is None and info.activation is not None:
-            changes["activation"] = info.activation
-        if layer_norm_epsilon is None and info.layer_norm_epsilon is not None:
-            changes["layer_norm_epsilon"] = info.layer_norm_epsilon
-        if representation_size is None and info.representation_size and include_top and classes == info.classes:
-            changes["representation_size"] = info.representation_size
-        if any_size and pos_grid is None:
-            # Kept at the checkpoint's own grid: every call resamples from the stored table, as timm's
-            # dynamic_img_size and transformers' interpolate_pos_encoding do.
-            changes["pos_grid"] = weights_lib.stored_grid(
-                info, num_heads=num_heads, num_embedded_prefix_tokens=config.num_embedded_prefix_tokens,
-                source_grid=source_grid) or config.pos_grid
-        if any_size and pos_interpolation is None:
-            changes["pos_interpolation"] = weights_lib.grid_interpolation(info, interpolation)
-        config = config.replace(**changes)
+    if include_top and classes is None:
+        if info is None or info.classes is None:
+            where = "the checkpoint" if info is None else repr(info.path)
+            raise ValueError(f"{where} has no classification head; pass include_top=False (and pooling=...) "
+                             "for its embeddings, or classes=N for a fresh head.")
+        classes = info.classes
+    interpolation = interpolation or (info.default_interpolation if info is not None else "linear")
+    config = resolve_config(info, overrides, include_top=include_top, classes=classes, interpolation=interpolation,
+                            source_grid=source_grid, headless_representation=headless_representation)
     model = build_vit(
-        config, include_top=include_top, pooling=pooling, classes=classes,
+        config, include_top=include_top, pooling=pooling, classes=classes if classes is not None else 1000,
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
         normalization=None if info is None else check_normalization(info.normalization, source=info.path),
-        input_tensor=input_tensor, channels=channels, name=name, input_size=(height, width) if any_size else None,
-        dtype=dtype, head_tokens_only=head_tokens_only,
+        input_tensor=input_tensor, channels=channels, name=name, input_size=input_size, dtype=dtype,
+        head_tokens_only=head_tokens_only,
     )
     if info is not None:
         weights_lib.load_into(model, info, interpolation=interpolation, source_grid=source_grid)

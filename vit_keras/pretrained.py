@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 
 from vit_keras import weights as weights_lib
-from vit_keras.configs import VARIANTS, ViTConfig, check_hw
-from vit_keras.models import build_vit, check_normalization
+from vit_keras.configs import VARIANTS, check_hw
+from vit_keras.models import build_from_checkpoint, resolve_config
 from vit_keras.weights import hub, registry
 from vit_keras.weights.resample import check_interpolation
 
@@ -18,7 +18,7 @@ from vit_keras.weights.resample import check_interpolation
 def _registered_config(source: str):
     """The variant of a registered `"B/16:imagenet21k"`-style name, else None."""
     if isinstance(source, str) and ":" in source and source in registry.REGISTRY:
-        return VARIANTS[registry.REGISTRY[source].variant]
+        return VARIANTS.get(registry.REGISTRY[source].variant)
     return None
 
 
@@ -71,7 +71,7 @@ def from_pretrained(
         check_interpolation(interpolation)
     source = hub.resolve(source, revision=revision, token=token, cache_dir=cache_dir, sha256=sha256)
     variant = _registered_config(os.fspath(source) if isinstance(source, os.PathLike) else source)
-    info = weights_lib.describe(source, architecture=None if variant is None else variant.model_kwargs(),
+    info = weights_lib.describe(source, architecture=None if variant is None else variant.to_dict(),
                                 sha256=sha256, cache_dir=cache_dir)
     if info is None:
         raise ValueError("`source` is None; pass a checkpoint directory, file, URL or registered name.")
@@ -79,34 +79,20 @@ def from_pretrained(
         raise ValueError(f"{info.path!r} is a Keras weights file, which does not say its architecture; build the "
                          "model with vit_keras.ViT(...) and pass weights=, or load a whole .keras model with "
                          "keras.models.load_model.")
-    fields = dict(info.architecture or {})
-    if info.format == "timm" and not fields:
+    if info.format == "timm" and not info.architecture:
         raise ValueError(f"{info.path!r} is a bare timm state dict, which does not say its number of heads; pass "
                          "the directory timm's save_for_hf writes (config.json + model.safetensors).")
-    if variant is not None:
-        fields.update({k: v for k, v in variant.model_kwargs().items() if k not in ("dropout_rate",
-                                                                                   "attention_dropout_rate")})
-    if fields.get("image_size") is None:
-        fields["image_size"] = (224, 224)
+    # A registered name's variant row states the shape; the model is built for inference (no dropout).
+    overrides = {} if variant is None else {k: v for k, v in variant.model_kwargs().items()
+                                            if k not in ("dropout_rate", "attention_dropout_rate")}
     if image_size is not None:
-        fields["image_size"] = check_hw("image_size", image_size)
-    if include_top and classes is not None and classes != info.classes:
-        fields["representation_size"] = None  # fine-tuning drops pre_logits, as vit_jax load_pretrained does
-    config = ViTConfig.from_dict(fields)
-    interpolation = interpolation or info.default_interpolation
+        overrides["image_size"] = check_hw("image_size", image_size)
     if any_image_size:
-        config = config.replace(image_size=None, pos_grid=config.grid_size,
-                                pos_interpolation=weights_lib.grid_interpolation(info, interpolation))
-    if include_top and classes is None:
-        if info.classes is None:
-            raise ValueError(f"{info.path!r} has no classification head; pass include_top=False (and pooling=...) "
-                             "for its embeddings, or classes=N for a fresh head.")
-        classes = info.classes
-    model = build_vit(
-        config, include_top=include_top, pooling=pooling, classes=classes if classes is not None else 1000,
+        if image_size is not None:  # the grid the position embeddings are resampled to once, then stored at
+            overrides["pos_grid"] = resolve_config(info, overrides, interpolation=interpolation).grid_size
+        overrides["image_size"] = None
+    return build_from_checkpoint(
+        info, overrides, interpolation=interpolation, include_top=include_top, pooling=pooling, classes=classes,
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
-        normalization=check_normalization(info.normalization, source=info.path), input_tensor=input_tensor,
-        name=name, head_tokens_only=head_tokens_only,
+        input_tensor=input_tensor, name=name, head_tokens_only=head_tokens_only,
     )
-    weights_lib.load_into(model, info, interpolation=interpolation)
-    return model

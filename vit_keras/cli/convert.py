@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from vit_keras.configs import VARIANTS
+from vit_keras.configs import VARIANTS, ResNetConfig
 from vit_keras.files import atomic_file, refuse_existing
+from vit_keras.model_config import config_of
 
 
 def parse_grid(text: str) -> tuple[int, int]:
@@ -38,8 +39,8 @@ def register(subparsers) -> None:
 
     Example:
         >>> from vit_keras.cli import build_parser
-        >>> build_parser().parse_args(["convert", "ViT-B_16.npz", "vit.keras"]).interpolation
-        'linear'
+        >>> build_parser().parse_args(["convert", "ViT-B_16.npz", "vit.keras"]).interpolation is None  # the source's
+        True
         >>> build_parser().parse_args(["convert", "wide.npz", "vit.keras", "--source-grid", "4,16"]).source_grid
         (4, 16)
     """
@@ -77,105 +78,73 @@ def _timm_heads(hidden, args):
     return hidden // 64
 
 
-def model_kwargs(args, info) -> dict:
-    """ViT keyword arguments for the converted model.
+def overrides_for(args, info) -> dict:
+    """The `ViTConfig` fields the command line chooses (`--model`, `--image-size`, `--num-heads`); every other
+    field is the checkpoint's (`vit_keras.models.resolve_config`).
 
     Example:
-        >>> model_kwargs(args, describe("ViT-B_16.npz"))["hidden_size"]  # doctest: +SKIP
-        768
+        >>> overrides_for(build_parser().parse_args(["convert", "a.npz", "b.keras", "--image-size", "384"]),
+        ...               describe("a.npz"))  # doctest: +SKIP
+        {'image_size': (384, 384)}
     """
-    from vit_keras.weights.infer import infer_architecture
-
-    source_grid = getattr(args, "source_grid", None) or info.source_grid
+    overrides = {}
     if args.model is not None:
-        kwargs = VARIANTS[args.model].model_kwargs()
-        kwargs["resnet"] = kwargs["resnet"].to_dict() if kwargs["resnet"] else None
-        kwargs.update(classes=info.classes, representation_size=info.representation_size)
-        kwargs["classifier"] = "token" if "cls" in info.read(kwargs["num_heads"]) else "gap"
-        size = infer_architecture(info.read(kwargs["num_heads"]), source_grid=source_grid)["image_size"]
-    else:
-        if info.format == "timm":
-            import numpy as np
-
-            tensors = info.read(1)
-            hidden = int(np.asarray(tensors["embedding/kernel"]).shape[-1])
-            params = info.read(_timm_heads(hidden, args))
-        else:
-            params = info.read(None)
-        kwargs = infer_architecture(params, source_grid=source_grid)
-        size = kwargs.pop("image_size")
+        # The variant's shape; the converted model is for inference, so the row's dropout is left out.
+        overrides.update({k: v for k, v in VARIANTS[args.model].model_kwargs().items()
+                          if k not in ("dropout_rate", "attention_dropout_rate")})
+    if args.num_heads:
+        overrides["num_heads"] = args.num_heads
+    if info.format == "timm" and not info.architecture and "num_heads" not in overrides:
+        hidden = int(info.read(1)["embedding/kernel"].shape[-1])
+        overrides["num_heads"] = _timm_heads(hidden, args)
     if args.image_size:
-        size = args.image_size if len(args.image_size) == 2 else args.image_size * 2
-    if size is None:
-        size = [224, 224]
-    if args.no_top or kwargs.get("classes") is None:
-        kwargs["classes"] = 1000
-        include_top = False
-    else:
-        include_top = True
-    return {**kwargs, "image_size": list(size), "include_top": include_top}
+        size = args.image_size
+        overrides["image_size"] = tuple(size) if len(size) == 2 else (size[0], size[0])
+    return overrides
 
 
-_PLAIN_FIELDS = {"layer_scale": False, "num_register_tokens": 0, "no_embed_class": False, "pre_norm": False,
-                 "fc_norm": False, "distilled": False, "patch_bias": True}
-
-
-def needs_family_builder(info) -> bool:
-    """Whether the checkpoint uses an architecture switch that `vit_keras.ViT`'s paper arguments cannot express, so
-    that it is converted through `vit_keras.from_pretrained`.
+def rebuild_call(config, *, include_top: bool, pooling, classes: int) -> str:
+    """The `vit_keras.ViT(...)` call that rebuilds a converted model (to load its `.weights.h5` into).
 
     Example:
-        >>> needs_family_builder(describe("timm-dinov2-dir"))  # doctest: +SKIP
-        True
+        >>> from vit_keras.configs import VARIANTS, ResNetConfig
+        >>> rebuild_call(VARIANTS["S/32"].replace(layer_norm_epsilon=1e-12), include_top=True, pooling=None,
+        ...              classes=10)
+        'vit_keras.ViT(patch_size=32, hidden_size=384, mlp_dim=1536, num_heads=6, layer_norm_epsilon=1e-12, \
+classes=10, classifier_activation=None)'
     """
-    fields = info.architecture or {}
-    if not fields or info.format not in ("timm", "hf", "google_npz"):
-        return False
-    plain = all(fields.get(k, v) == v for k, v in _PLAIN_FIELDS.items())
-    return not plain or fields.get("global_pool") == "map" or fields.get("activation") == "quick_gelu"
-
-
-def _convert_family(args, info):
-    from vit_keras.pretrained import from_pretrained
-
-    fields = info.architecture
-    include_top = not args.no_top and info.classes is not None
-    pooling = None
-    if not include_top:
-        pooling = fields.get("global_pool", "token" if fields.get("class_token", True) else "avg")
-    size = args.image_size
-    size = None if not size else (size if len(size) == 2 else size * 2)
-    return from_pretrained(args.source, image_size=size, interpolation=args.interpolation, include_top=include_top,
-                           pooling=pooling, classifier_activation=None, sha256=args.sha256)
+    kwargs = {k: v.to_dict() if isinstance(v, ResNetConfig) else v for k, v in config.model_kwargs().items()}
+    kwargs.update({"classes": classes} if include_top else {"include_top": False, "pooling": pooling})
+    kwargs["classifier_activation"] = None
+    return "vit_keras.ViT(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
 
 
 def run(args) -> int:
-    from vit_keras.models import ViT
-    from vit_keras.weights import describe, load_into
+    from vit_keras.models import build_from_checkpoint, resolve_config
+    from vit_keras.weights import describe
 
     destination = args.destination
     if not destination.endswith((".weights.h5", ".keras")):
         raise ValueError(f"destination {destination!r} must end in .weights.h5 or .keras")
     refuse_existing(destination, args.overwrite, "--overwrite")  # before anything is downloaded or converted
-    architecture = VARIANTS[args.model].model_kwargs() if args.model else None
+    architecture = VARIANTS[args.model].to_dict() if args.model else None
     info = describe(args.source, architecture=architecture, sha256=args.sha256)
     if info.format == "keras":
         raise ValueError("the source is already a Keras weights file")
-    if args.model is None and args.source_grid is None and needs_family_builder(info):
-        model = _convert_family(args, info)
-        _write(model, destination, overwrite=args.overwrite)
-        print(f"rebuild with: vit_keras.from_pretrained({args.source!r}) (the .keras file carries the architecture)")
-        return 0
-    kwargs = model_kwargs(args, info)
-    if not kwargs["include_top"]:
-        kwargs["representation_size"] = None
-        kwargs["pooling"] = "token" if kwargs["classifier"] == "token" else "avg"
-    kwargs.update(gelu_approximate=info.gelu_approximate, layer_norm_epsilon=info.layer_norm_epsilon,
-                  classifier_activation=None)
-    model = ViT(**kwargs, weights=None)
-    load_into(model, info, interpolation=args.interpolation or "linear", source_grid=args.source_grid)
+    overrides = overrides_for(args, info)
+    include_top = not args.no_top and info.classes is not None
+    pooling = None
+    if not include_top:
+        pooling = resolve_config(info, overrides, include_top=False, source_grid=args.source_grid).global_pool
+    model = build_from_checkpoint(info, overrides, interpolation=args.interpolation, source_grid=args.source_grid,
+                                  include_top=include_top, pooling=pooling, classes=None if include_top else 1000,
+                                  classifier_activation=None)
     _write(model, destination, overwrite=args.overwrite)
-    print("rebuild with: vit_keras.ViT(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")")
+    config = config_of(model)
+    print("rebuild with: " + rebuild_call(config, include_top=include_top, pooling=pooling,
+                                          classes=model.output_shape[-1]))
+    print(f"or read the checkpoint again: vit_keras.from_pretrained({args.source!r}); a .keras file carries the "
+          "architecture: keras.saving.load_model")
     return 0
 
 

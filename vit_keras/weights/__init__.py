@@ -19,7 +19,9 @@ import os
 import warnings
 from collections.abc import Callable
 
+from vit_keras.configs import CLASSIFIER_POOLS, config_fields
 from vit_keras.layers.dtypes import quantized_layers
+from vit_keras.model_config import config_of
 from vit_keras.weights import download, google, hf, hub, json_config, registry, timm
 from vit_keras.weights.assign import assign_params
 from vit_keras.weights.infer import infer_config_fields
@@ -116,7 +118,7 @@ def _hf_info(directory) -> CheckpointInfo:
 def _timm_dir_info(directory) -> CheckpointInfo:
     fields, normalization = timm.read_config(directory)
     tensors = read_safetensors(hf.weights_file(directory))
-    params = timm.canonicalize(tensors, fields["num_heads"])
+    params = timm.canonicalize(tensors, fields["num_heads"], config=fields)
     grid = _stored_grid(fields, os.path.join(directory, timm.CONFIG_NAME))
     return CheckpointInfo(
         path=directory, format="timm", activation=fields["activation"],
@@ -247,27 +249,27 @@ def describe(weights, *, architecture: dict | None = None, image_size=None, sha2
 
 
 def architecture_of(model) -> dict:
-    """The architecture arguments of a built vit_keras model (for registry look-ups and conversion).
+    """The architecture arguments of a built vit_keras model: every `ViTConfig` field but `name`, and `classifier`
+    (the older name of `global_pool`) for code written against it.
 
-    Read from the `ViTConfig` the model carries (`vit_keras.models.config_of`).
+    Read from the `ViTConfig` the model carries (`vit_keras.model_config.config_of`).
 
     Example:
         >>> architecture_of(model)["hidden_size"]  # doctest: +SKIP
         768
     """
     config = model_config(model)
-    return {**config.model_kwargs(), "classifier": "token" if config.class_token else "gap"}
+    classifier = {pool: name for name, pool in CLASSIFIER_POOLS.items()}[config.global_pool]
+    return {**{field: getattr(config, field) for field in config_fields()}, "classifier": classifier}
 
 
 def model_config(model):
-    """The `ViTConfig` a vit_keras model carries (see `vit_keras.models.config_of`).
+    """The `ViTConfig` a vit_keras model carries (`vit_keras.model_config.config_of`).
 
     Example:
         >>> model_config(vit_keras.ViTTi16(image_size=32)).hidden_size  # doctest: +SKIP
         192
     """
-    from vit_keras.models import config_of  # models imports this package: a module-level import would cycle
-
     return config_of(model)
 
 

@@ -1,8 +1,8 @@
-"""Read an architecture off a canonical parameter dict, for checkpoints whose files say nothing else (Google `.npz`,
-bare timm state dicts) and for `vit-keras convert`.
+"""Read an architecture (`ViTConfig` fields) off a canonical parameter dict, for checkpoints whose files say nothing
+else (Google `.npz`, bare timm state dicts).
 
 Example:
-    >>> infer_architecture(read_npz("ViT-B_16.npz"))["hidden_size"]  # doctest: +SKIP
+    >>> infer_config_fields(read_npz("ViT-B_16.npz"))["hidden_size"]  # doctest: +SKIP
     768
 """
 
@@ -51,6 +51,7 @@ def infer_config_fields(params: dict, source_grid=None, no_embed_class: bool | N
         "pre_norm": "pre_norm/scale" in params,
         "fc_norm": "fc_norm/scale" in params and "Transformer/encoder_norm/scale" not in params,
         "patch_bias": "embedding/bias" in params,
+        "qkv_bias": f"{block}/MultiHeadDotProductAttention_1/query/bias" in params,
         "representation_size": int(params["pre_logits/bias"].shape[0]) if "pre_logits/bias" in params else None,
     }
     fields["global_pool"] = ("map" if "MAPHead_0/probe" in params else "token" if fields["class_token"] else "avg")
@@ -80,26 +81,3 @@ def infer_config_fields(params: dict, source_grid=None, no_embed_class: bool | N
                 fields["image_size"] = tuple(int(g) * patch * stride for g in grid)
                 break
     return fields
-
-
-def infer_architecture(params: dict, source_grid=None) -> dict:
-    """`vit_keras.ViT` keyword arguments that rebuild the paper-style model a canonical parameter dict came from.
-
-    Example:
-        >>> infer_architecture(params)["num_layers"]  # doctest: +SKIP
-        12
-    """
-    fields = infer_config_fields(params, source_grid=source_grid)
-    head = params.get("head/bias")
-    return {
-        "image_size": None if fields["image_size"] is None else list(fields["image_size"]),
-        "patch_size": fields["patch_size"],
-        "hidden_size": fields["hidden_size"],
-        "num_layers": fields["num_layers"],
-        "num_heads": fields["num_heads"],
-        "mlp_dim": fields["mlp_dim"],
-        "classifier": {"token": "token", "avg": "gap", "map": "map"}[fields["global_pool"]],
-        "representation_size": fields["representation_size"],
-        "resnet": fields["resnet"],
-        "classes": None if head is None else int(head.shape[0]),
-    }

@@ -200,21 +200,26 @@ def find(variant: str | None, name: str, image_size=None) -> WeightsEntry:
                      "or directory also works.")
 
 
-def variant_of(architecture: dict) -> str | None:
-    """The variant name whose table row matches a model's architecture arguments, if any.
+def variant_of(architecture) -> str | None:
+    """The variant name whose table row matches an architecture (a `ViTConfig`, or a dict of its fields where a
+    missing field has the dataclass default), if any.
 
     Example:
         >>> variant_of({"patch_size": 16, "hidden_size": 768, "num_layers": 12, "num_heads": 12,
         ...             "mlp_dim": 3072, "resnet": None})
         'B/16'
+        >>> variant_of({"patch_size": 32, "hidden_size": 1024, "mlp_dim": 4096, "num_heads": 16, "num_layers": 24})
+        'L/32'
     """
-    from vit_keras.configs import VARIANTS, ResNetConfig
+    from vit_keras.configs import VARIANTS, ResNetConfig, ViTConfig
 
+    if isinstance(architecture, ViTConfig):
+        architecture = architecture.to_dict()
+    defaults = ViTConfig()
+    shape_fields = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
+    wanted = tuple(architecture.get(f, getattr(defaults, f)) for f in shape_fields)
     resnet = ResNetConfig.from_any(architecture.get("resnet"))
     for name, config in VARIANTS.items():
-        if (config.patch_size, config.hidden_size, config.num_layers, config.num_heads, config.mlp_dim,
-                config.resnet) == (architecture.get("patch_size"), architecture.get("hidden_size"),
-                                   architecture.get("num_layers"), architecture.get("num_heads"),
-                                   architecture.get("mlp_dim"), resnet):
+        if tuple(getattr(config, f) for f in shape_fields) == wanted and config.resnet == resnet:
             return name
     return None
