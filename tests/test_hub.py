@@ -348,6 +348,10 @@ def test_sharded_checkpoint_is_materialised_and_read_whole(hub_env):
     assert sorted(merged) == sorted(whole)
     for name, value in whole.items():
         np.testing.assert_array_equal(merged[name], value)
+    # from_pretrained reads the shards as one checkpoint: the same outputs as the unsharded directory, exactly.
+    by_id = vit_keras.from_pretrained("hf-hub:org/sharded", **_call(HF_CASE))
+    local = vit_keras.from_pretrained(os.path.join(FAMILY, HF_CASE, "checkpoint"), **_call(HF_CASE))
+    np.testing.assert_array_equal(_outputs(by_id, HF_CASE), _outputs(local, HF_CASE))
 
 
 _SUBPROCESS = """

@@ -101,9 +101,8 @@ def _stored_grid(fields: dict, config_path: str) -> tuple[int, int]:
 
 def _hf_info(directory) -> CheckpointInfo:
     config = hf.read_config(directory)
-    weights_path = hf.weights_file(directory)
     fields = hf.architecture(config, directory)
-    params = hf.canonicalize(read_safetensors(weights_path), config)
+    params = hf.canonicalize(hf.read_tensors(directory), config)
     if "pre_logits/bias" in params:
         fields["representation_size"] = _shape_or_none(params, "pre_logits/bias")
     grid = _stored_grid(fields, os.path.join(directory, hf.CONFIG_NAME))

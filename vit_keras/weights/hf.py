@@ -17,11 +17,12 @@ import os
 
 import numpy as np
 
-from vit_keras.weights import json_config, rules, schema
+from vit_keras.weights import hub, json_config, rules, schema
 from vit_keras.weights.safetensors_io import read_safetensors
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+INDEX_NAME = hub.INDEX_NAME
 PICKLE_NAMES = ("pytorch_model.bin", "model.bin", "pytorch_model.pt")
 # hidden_act values -> ViTConfig.activation (HF's "gelu" is exact erf; the tanh forms are the approximations).
 _HIDDEN_ACTS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
@@ -175,6 +176,18 @@ def architecture(config: dict, path: str) -> dict:
     return fields
 
 
+def read_tensors(path: str) -> dict:
+    """The tensors of an HF directory: its `model.safetensors`, or every shard a `model.safetensors.index.json`
+    names (large transformers checkpoints are sharded); pickle-only directories are refused.
+
+    Example:
+        >>> tensors = read_tensors("dinov2-giant")  # doctest: +SKIP
+    """
+    if not os.path.isfile(os.path.join(path, WEIGHTS_NAME)) and os.path.isfile(os.path.join(path, INDEX_NAME)):
+        return hub.read_shards(path)
+    return read_safetensors(weights_file(path))
+
+
 def weights_file(path: str) -> str:
     """The safetensors file of an HF directory; pickle-only directories are refused.
 
@@ -185,8 +198,8 @@ def weights_file(path: str) -> str:
     candidate = os.path.join(path, WEIGHTS_NAME)
     if os.path.isfile(candidate):
         return candidate
-    if os.path.isfile(os.path.join(path, "model.safetensors.index.json")):
-        raise ValueError(f"{path!r} is a sharded checkpoint; merge the shards into one model.safetensors.")
+    if os.path.isfile(os.path.join(path, INDEX_NAME)):
+        raise ValueError(f"{path!r} is a sharded checkpoint; read it with read_tensors (one file was asked for).")
     pickles = [name for name in PICKLE_NAMES if os.path.isfile(os.path.join(path, name))]
     if pickles:
         raise ValueError(
@@ -233,4 +246,4 @@ def read_hf_dir(path: str) -> tuple[dict[str, np.ndarray], dict]:
         >>> params, config = read_hf_dir("vit-base-patch16-224")  # doctest: +SKIP
     """
     config = read_config(path)
-    return canonicalize(read_safetensors(weights_file(path)), config), config
+    return canonicalize(read_tensors(path), config), config
