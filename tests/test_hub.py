@@ -376,3 +376,19 @@ def test_environment_variables_are_honoured(local_hub, tmp_path):
                             timeout=300)
     assert result.returncode == 0, result.stderr
     assert "REFUSED" in result.stdout and "HF_HUB_OFFLINE is set" in result.stdout, result.stdout
+
+
+def test_convert_takes_a_hub_id_and_a_revision(hub_env, tmp_path, capsys):
+    from vit_keras.cli import main as cli_main
+
+    out = str(tmp_path / "by_id.keras")
+    assert cli_main(["convert", "hf-hub:org/revisions", out, "--revision", hub_env.commit_main]) == 0
+    by_id = keras.models.load_model(out, safe_mode=True)
+    local = vit_keras.from_pretrained(os.path.join(FAMILY, TIMM_CASE, "checkpoint"), **_call(TIMM_CASE))
+    # Both give logits (convert writes classifier_activation=None; the fixture's call asks for the same). The
+    # same graph on the same weights: only a summation order between two runs could differ (far below 1e-6).
+    np.testing.assert_allclose(_outputs(by_id, TIMM_CASE), _outputs(local, TIMM_CASE), rtol=0, atol=1e-6)
+    # --revision is for hub ids only: with a local path it is refused, not silently ignored.
+    assert cli_main(["convert", os.path.join(FAMILY, TIMM_CASE, "checkpoint"), str(tmp_path / "x.keras"),
+                     "--revision", "main"]) == 2
+    assert "revision" in capsys.readouterr().err

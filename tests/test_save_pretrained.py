@@ -306,3 +306,24 @@ def test_vit_model_pooler_is_pre_logits_both_ways(tmp_path):
     _check(np.asarray(model(x)), expected)
     with pytest.raises(ValueError, match="pre-logits.*format='transformers'"):
         vit_keras.save_pretrained(model, str(tmp_path / "timm"), normalization=((0.5,) * 3, (0.5,) * 3))
+
+
+@pytest.mark.parametrize("target", ["timm", "transformers"])
+def test_convert_writes_a_directory_its_library_loads(target, tmp_path, capsys):
+    from vit_keras.cli import main as cli_main
+
+    case = HF_CASES[0]
+    meta, x, expected = _hf_expected(case)
+    out = str(tmp_path / target)
+    assert cli_main(["convert", os.path.join(FAMILY, case, "checkpoint"), out, "--to", target]) == 0
+    if target == "transformers":
+        with torch.no_grad():
+            _check(_auto_model(out)(pixel_values=_nchw(x)).pooler_output.numpy(), expected)
+    else:
+        reference, _ = _timm_model(out)
+        with torch.no_grad():
+            _check(reference.forward_head(reference.forward_features(_nchw(x)), pre_logits=True).numpy(), expected)
+    # A second run does not replace the directory unless asked to.
+    assert cli_main(["convert", os.path.join(FAMILY, case, "checkpoint"), out, "--to", target]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert cli_main(["convert", os.path.join(FAMILY, case, "checkpoint"), out, "--to", target, "--overwrite"]) == 0

@@ -1,14 +1,17 @@
-"""`vit-keras convert SRC DST`: turn any supported checkpoint into a Keras `.weights.h5` or `.keras` file.
+"""`vit-keras convert SRC DST`: turn any supported checkpoint into a Keras `.weights.h5` or `.keras` file, or
+(`--to timm` / `--to transformers`) into a directory those libraries load.
 
 SRC is a Google `.npz`, a timm `.safetensors` or `save_for_hf` directory, a transformers directory (ViT, DINOv2,
-CLIP or SigLIP vision tower), a URL, or a registered name with `--model`: the sources `vit_keras.from_pretrained`
-takes. The architecture is read off the checkpoint unless `--model` names a variant. A checkpoint whose stored
-patch grid is not square needs `--source-grid ROWS,COLS`; its native image size then follows from it.
+CLIP or SigLIP vision tower), a Hugging Face hub id (`hf-hub:ORG/NAME` or `hf://ORG/NAME`, `@REVISION` or
+`--revision` to pin it), a URL, or a registered name with `--model`: the sources `vit_keras.from_pretrained` takes.
+The architecture is read off the checkpoint unless `--model` names a variant. A checkpoint whose stored patch grid
+is not square needs `--source-grid ROWS,COLS`; its native image size then follows from it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 from vit_keras.configs import VARIANTS, ResNetConfig
 from vit_keras.files import atomic_file, refuse_existing
@@ -44,10 +47,16 @@ def register(subparsers) -> None:
         >>> build_parser().parse_args(["convert", "wide.npz", "vit.keras", "--source-grid", "4,16"]).source_grid
         (4, 16)
     """
-    parser = subparsers.add_parser("convert", help="convert a checkpoint to .weights.h5 or .keras",
-                                   description=__doc__)
-    parser.add_argument("source", help="checkpoint path, directory, URL, or registered name (with --model)")
-    parser.add_argument("destination", help="output file ending in .weights.h5 or .keras")
+    parser = subparsers.add_parser("convert", help="convert a checkpoint to .weights.h5, .keras, or a timm / "
+                                   "transformers directory", description=__doc__)
+    parser.add_argument("source", help="checkpoint path, directory, hub id, URL, or registered name (with --model)")
+    parser.add_argument("destination", help="output file ending in .weights.h5 or .keras; a directory with --to")
+    parser.add_argument("--to", default="keras", choices=TARGETS,
+                        help="keras (the destination's suffix picks .weights.h5 or .keras), or a directory that "
+                             "timm (create_model + load_state_dict(strict=True)) or transformers (AutoModel."
+                             "from_pretrained) loads")
+    parser.add_argument("--revision", default=None,
+                        help="branch, tag or commit of a hub id source (same as SRC@REVISION)")
     parser.add_argument("--model", default=None, choices=sorted(VARIANTS), metavar="VARIANT",
                         help="paper variant (default: read the architecture off the checkpoint)")
     parser.add_argument("--image-size", type=int, nargs="+", default=None, metavar="N",
@@ -65,6 +74,9 @@ def register(subparsers) -> None:
     parser.add_argument("--sha256", default=None, help="expected sha256 of a URL source")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing destination file")
     parser.set_defaults(func=run)
+
+
+TARGETS = ("keras", "timm", "transformers")
 
 
 def _timm_heads(hidden, args):
@@ -121,14 +133,22 @@ classes=10, classifier_activation=None)'
 
 def run(args) -> int:
     from vit_keras.models import build_from_checkpoint, resolve_config
-    from vit_keras.weights import describe
+    from vit_keras.weights import describe, hub
 
     destination = args.destination
-    if not destination.endswith((".weights.h5", ".keras")):
-        raise ValueError(f"destination {destination!r} must end in .weights.h5 or .keras")
-    refuse_existing(destination, args.overwrite, "--overwrite")  # before anything is downloaded or converted
+    if args.to == "keras" and not destination.endswith((".weights.h5", ".keras")):
+        raise ValueError(f"destination {destination!r} must end in .weights.h5 or .keras (or pass --to timm or "
+                         "--to transformers for a directory)")
+    if args.to == "keras":
+        refuse_existing(destination, args.overwrite, "--overwrite")  # before anything is downloaded or converted
+    elif os.path.isfile(destination) or (os.path.isdir(destination) and os.listdir(destination)
+                                         and not args.overwrite):
+        what = "a file" if os.path.isfile(destination) else "a directory that is not empty"
+        raise ValueError(f"destination {destination!r} is {what}; --to {args.to} writes a directory: pass a new "
+                         "path" + ("" if os.path.isfile(destination) else ", or --overwrite to replace it"))
     architecture = VARIANTS[args.model].to_dict() if args.model else None
-    info = describe(args.source, architecture=architecture, sha256=args.sha256)
+    source = hub.resolve(args.source, revision=args.revision)
+    info = describe(source, architecture=architecture, sha256=args.sha256)
     if info.format == "keras":
         raise ValueError("the source is already a Keras weights file")
     overrides = overrides_for(args, info)
@@ -139,6 +159,12 @@ def run(args) -> int:
     model = build_from_checkpoint(info, overrides, interpolation=args.interpolation, source_grid=args.source_grid,
                                   include_top=include_top, pooling=pooling, classes=None if include_top else 1000,
                                   classifier_activation=None)
+    if args.to != "keras":
+        from vit_keras.weights.save import save_pretrained
+
+        save_pretrained(model, destination, format=args.to, overwrite=args.overwrite)
+        print(f"wrote {destination} ({model.count_params():,} parameters) for {args.to}")
+        return 0
     _write(model, destination, overwrite=args.overwrite)
     config = config_of(model)
     print("rebuild with: " + rebuild_call(config, include_top=include_top, pooling=pooling,
