@@ -50,7 +50,7 @@ def _refusal(load, *expected):
 
 @pytest.mark.parametrize("case, deleted, says", [
     # timm directory (save_for_hf): the q/k/v bias of one block; a projection weight; a whole MLP layer
-    ("family/timm_dinov2_reg4/checkpoint", "blocks.0.attn.qkv.bias", "the other blocks have theirs"),
+    ("family/timm_dinov2_reg4/checkpoint", "blocks.0.attn.qkv.bias", "the config says qkv_bias=True"),
     ("family/timm_clip_quickgelu/checkpoint", "blocks.1.attn.proj.weight", "its bias blocks.1.attn.proj.bias"),
     # transformers ViT / DINOv2 / CLIP: the query bias the config promises (qkv_bias=True); a projection weight
     ("hf_dir/hf_model", "vit.encoder.layer.0.attention.attention.query.bias", "the config says qkv_bias=True"),
@@ -66,6 +66,14 @@ def test_a_missing_tensor_is_refused_by_its_source_name(case, deleted, says, tmp
     message = _refusal(lambda: vit_keras.from_pretrained(directory), deleted, says, "model.safetensors",
                        "nothing was loaded")
     assert "KeyError" not in message
+
+
+def test_a_bare_state_dict_without_a_config_must_be_consistent_across_blocks():
+    # No config.json says whether q/k/v have biases: the file itself must agree with itself.
+    tensors = dict(read_safetensors(os.path.join(FAMILY, "timm_dinov2_reg4", "checkpoint", "model.safetensors")))
+    del tensors["blocks.0.attn.qkv.bias"]
+    _refusal(lambda: timm.canonicalize(tensors, num_heads=3), "blocks.0.attn.qkv.bias",
+             "the other blocks have theirs")
 
 
 def test_a_whole_missing_module_is_named_with_both_its_tensors(tmp_path):
