@@ -101,8 +101,9 @@ def _stored_grid(fields: dict, config_path: str) -> tuple[int, int]:
 
 def _hf_info(directory) -> CheckpointInfo:
     config = hf.read_config(directory)
+    tensors = hf.read_tensors(directory)  # first: a pickle-only directory is refused as such
     fields = hf.architecture(config, directory)
-    params = hf.canonicalize(hf.read_tensors(directory), config)
+    params = hf.canonicalize(tensors, config)
     if "pre_logits/bias" in params:
         fields["representation_size"] = _shape_or_none(params, "pre_logits/bias")
     grid = _stored_grid(fields, os.path.join(directory, hf.CONFIG_NAME))
