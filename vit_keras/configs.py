@@ -73,6 +73,11 @@ ACTIVATIONS = ("gelu_tanh", "gelu", "quick_gelu")
 POOLS = ("token", "avg", "map")
 POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "none")
 POS_INTERPOLATIONS = ("linear", "bicubic", "bicubic_antialias")
+# The block's parts (`vit_keras.layers`): its MLP, its norms, and a 2-D RoPE layout on q and k.
+MLPS = ("gelu", "swiglu", "swiglu_packed")
+NORMS = ("layernorm", "rmsnorm")
+ROPE_LAYOUTS = ("interleaved", "rotate_half", "mixed")
+ROPE_GRID_INDEXING = ("ij", "xy")
 DEFAULT_IMAGE_SIZE = 224
 
 
@@ -127,6 +132,15 @@ class ViTConfig:
     - `fc_norm`: the final LayerNorm is applied after pooling instead of over every token (timm `fc_norm`, CLIP's
       `post_layernorm`); `qkv_bias` / `patch_bias`: whether those projections have biases (without them the model
       has no such variables, and a checkpoint must agree: a missing bias is refused, never read as zero).
+    - The block's parts: `mlp` (`"gelu"`: the paper's MLP with `activation`; `"swiglu"` with split gate/value
+      kernels, `"swiglu_packed"` with one packed kernel), `mlp_norm` (a norm on a SwiGLU's hidden layer: EVA-02's
+      sub-LN) and `mlp_bias=False` (a SwiGLU without biases: AIMv2); `norm` (`"layernorm"` or `"rmsnorm"`, for
+      every norm of the encoder: the blocks', `pre_norm`, `encoder_norm` and `fc_norm`).
+    - `rope`: a 2-D rotary position embedding on q and k of the patch tokens (`vit_keras.layers.rope`):
+      `"interleaved"` (EVA-02, PE, RoPE-ViT axial, timm SBB), `"rotate_half"` (DINOv3) or `"mixed"` (RoPE-Mixed's
+      learned frequencies). `rope_temperature` (None: the layout's θ), `rope_grid_offset` (PE: 1),
+      `rope_ref_grid_size` (EVA-02 / PE / SBB: positions rescaled to the training grid) and `rope_grid_indexing`
+      (`"ij"` or `"xy"`). It combines with any `position_embedding` (`"none"` for DINOv3 and RoPE-Mixed).
     - `image_size=None`: the model takes any image size divisible by the patch size (by the total stride for
       hybrids) at call time. Its position embeddings are stored at `pos_grid` (default: the 224x224 grid; a
       checkpoint's own grid when loaded with one) and resampled inside the graph to each call's grid with
@@ -167,6 +181,15 @@ class ViTConfig:
     representation_size: int | None = None
     pos_grid: tuple[int, int] | None = None
     pos_interpolation: str = "linear"
+    mlp: str = "gelu"
+    mlp_norm: str | None = None
+    mlp_bias: bool = True
+    norm: str = "layernorm"
+    rope: str | None = None
+    rope_temperature: float | None = None
+    rope_grid_offset: float = 0.0
+    rope_ref_grid_size: tuple[int, int] | None = None
+    rope_grid_indexing: str = "ij"
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -182,7 +205,7 @@ class ViTConfig:
             set_(self, "image_size", check_hw("image_size", self.image_size))
         set_(self, "resnet", ResNetConfig.from_any(self.resnet))
         for field in ("class_token", "distilled", "no_embed_class", "pre_norm", "layer_scale", "qkv_bias",
-                      "patch_bias", "fc_norm"):
+                      "patch_bias", "fc_norm", "mlp_bias"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"`{field}` must be True or False, got {getattr(self, field)!r}.")
         if self.hidden_size % self.num_heads:
@@ -193,6 +216,7 @@ class ViTConfig:
             )
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {self.activation!r}.")
+        self._check_parts()
         if self.global_pool not in POOLS:
             raise ValueError(f"`global_pool` must be one of {POOLS}, got {self.global_pool!r}.")
         if self.position_embedding not in POSITION_EMBEDDINGS:
@@ -230,6 +254,50 @@ class ViTConfig:
                 raise ValueError(
                     f"Image {dim} {size} is not divisible by {what}; use {lower or upper} or {upper} instead."
                 )
+
+    def _check_parts(self):
+        set_ = object.__setattr__
+        if self.mlp not in MLPS:
+            raise ValueError(f"`mlp` must be one of {MLPS}, got {self.mlp!r}.")
+        if self.mlp_norm is not None and self.mlp_norm not in NORMS:
+            raise ValueError(f"`mlp_norm` must be None or one of {NORMS}, got {self.mlp_norm!r}.")
+        if self.mlp == "gelu" and (self.mlp_norm is not None or not self.mlp_bias):
+            raise ValueError("`mlp_norm` and `mlp_bias=False` apply to the SwiGLU MLPs only; pass mlp='swiglu' or "
+                             "'swiglu_packed', or leave them at None and True.")
+        if self.norm not in NORMS:
+            raise ValueError(f"`norm` must be one of {NORMS}, got {self.norm!r}.")
+        if self.rope_grid_indexing not in ROPE_GRID_INDEXING:
+            raise ValueError(
+                f"`rope_grid_indexing` must be one of {ROPE_GRID_INDEXING}, got {self.rope_grid_indexing!r}.")
+        if self.rope_ref_grid_size is not None:
+            set_(self, "rope_ref_grid_size", check_hw("rope_ref_grid_size", self.rope_ref_grid_size))
+        offset, temperature = self.rope_grid_offset, self.rope_temperature
+        if isinstance(offset, bool) or not isinstance(offset, numbers.Real):
+            raise ValueError(f"`rope_grid_offset` must be a number, e.g. 0 or 1, got {offset!r}.")
+        set_(self, "rope_grid_offset", float(offset))
+        if temperature is not None:
+            if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or temperature <= 0:
+                raise ValueError(f"`rope_temperature` must be a positive number or None, got {temperature!r}.")
+            set_(self, "rope_temperature", float(temperature))
+        if self.rope is None:
+            changed = [f for f, default in (("rope_temperature", None), ("rope_grid_offset", 0.0),
+                                            ("rope_ref_grid_size", None), ("rope_grid_indexing", "ij"))
+                       if getattr(self, f) != default]
+            if changed:
+                raise ValueError(f"{changed} configure a 2-D RoPE but `rope` is None; pass rope='interleaved', "
+                                 "'rotate_half' or 'mixed', or leave them at their defaults.")
+            return
+        if self.rope not in ROPE_LAYOUTS:
+            raise ValueError(f"`rope` must be None or one of {ROPE_LAYOUTS}, got {self.rope!r}.")
+        head_dim = self.hidden_size // self.num_heads
+        if head_dim % 4:
+            raise ValueError(f"2-D RoPE needs a head width (hidden_size / num_heads = {head_dim}) divisible by 4; "
+                             "change hidden_size or num_heads.")
+        if self.rope == "mixed" and self.rope_ref_grid_size is not None:
+            raise ValueError("rope='mixed' uses integer patch positions: `rope_ref_grid_size` must be None.")
+        if self.rope == "rotate_half" and self.rope_ref_grid_size is not None:
+            raise ValueError("rope='rotate_half' (DINOv3) maps each axis to [-1, 1] by its own size: "
+                             "`rope_ref_grid_size` must be None.")
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -301,6 +369,7 @@ class ViTConfig:
         out["resnet"] = None if self.resnet is None else self.resnet.to_dict()
         out["image_size"] = None if self.image_size is None else list(self.image_size)
         out["pos_grid"] = None if self.pos_grid is None else list(self.pos_grid)
+        out["rope_ref_grid_size"] = None if self.rope_ref_grid_size is None else list(self.rope_ref_grid_size)
         return out
 
     @classmethod
@@ -316,7 +385,7 @@ class ViTConfig:
         if unknown:
             raise ValueError(f"Unknown ViTConfig fields {unknown}; the fields are {sorted(known)}.")
         values = dict(values)
-        for field in ("image_size", "pos_grid"):
+        for field in ("image_size", "pos_grid", "rope_ref_grid_size"):
             if isinstance(values.get(field), list):
                 values[field] = tuple(values[field])
         return cls(**values)

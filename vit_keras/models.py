@@ -22,7 +22,9 @@ from vit_keras.configs import (
 )
 from vit_keras.layers import ImageSizeCheck, MAPHead, PatchEncoder, Patches, ResNetStem, TokenPooling, TransformerBlock
 from vit_keras.layers.dtypes import check_model_dtype, policy_for
+from vit_keras.layers.norms import norm_layer
 from vit_keras.layers.pooling import POOLINGS
+from vit_keras.layers.rope import RotaryEmbedding2D
 from vit_keras.model_class import VisionTransformer
 from vit_keras.model_config import config_of  # noqa: F401 (re-exported: vit_keras.models.config_of)
 from vit_keras.preprocessing import preprocess_input  # noqa: F401 (re-exported: vit_keras.models.preprocess_input)
@@ -196,6 +198,29 @@ def _preprocessing_layer(normalization, channels, dtype=None):
                                   dtype=dtype, name="rescaling")
 
 
+def _rope_tables(config: ViTConfig, patches):
+    """The RoPE tables every block takes (None without RoPE), from a `RotaryEmbedding2D` layer named `rope`.
+
+    A fixed-size model's tables are constants of its grid; a model of any size computes them from the patch grid
+    `patches` (batch, H, W, C) at run time. `"mixed"` gives one table per block (its learned per-layer frequencies).
+    """
+    if config.rope is None:
+        return None
+    layer = RotaryEmbedding2D(
+        config.hidden_size // config.num_heads,
+        config.rope,
+        grid_size=None if config.dynamic else config.grid_size,
+        temperature=config.rope_temperature,
+        grid_offset=config.rope_grid_offset,
+        ref_grid_size=config.rope_ref_grid_size,
+        grid_indexing=config.rope_grid_indexing,
+        depth=config.num_layers if config.rope == "mixed" else None,
+        num_heads=config.num_heads if config.rope == "mixed" else None,
+        name="rope",
+    )
+    return layer(patches)
+
+
 def build_vit(
     config: ViTConfig,
     *,
@@ -252,6 +277,7 @@ def build_vit(
                                f"patch_size)", name="image_size_check")(x)
         x = ResNetStem(config.resnet.num_layers, config.resnet.width_factor, dtype=dtype, name="resnet")(x)
     x = Patches(config.patch_size, flatten=not config.dynamic, dtype=policy_for(dtype, "patches"), name="patches")(x)
+    rope = _rope_tables(config, x)
     x = PatchEncoder(
         config.hidden_size,
         config.grid_size,
@@ -270,8 +296,7 @@ def build_vit(
     )(x)
 
     def norm(name):
-        return keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, dtype=policy_for(dtype, name),
-                                               name=name)
+        return norm_layer(config.norm, config.layer_norm_epsilon, dtype=policy_for(dtype, name), name=name)
 
     if config.pre_norm:
         x = norm(name="pre_norm")(x)
@@ -285,10 +310,16 @@ def build_vit(
             activation=config.activation,
             layer_scale=config.layer_scale,
             qkv_bias=config.qkv_bias,
+            mlp=config.mlp,
+            mlp_norm=config.mlp_norm,
+            mlp_bias=config.mlp_bias,
+            norm=config.norm,
+            rope=config.rope,
+            num_prefix_tokens=config.num_prefix_tokens,
             query_tokens=head_tokens if i == config.num_layers - 1 else None,
             dtype=dtype,
             name=f"Transformer_encoderblock_{i}",
-        )(x)
+        )(x, **({} if rope is None else {"rope": rope[i] if isinstance(rope, list) else rope}))
     if not config.fc_norm:
         x = norm(name="encoder_norm")(x)
 

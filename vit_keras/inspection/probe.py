@@ -61,6 +61,13 @@ def _node_in(container, layer):
     return nodes[0]
 
 
+def _block_argument(node, name):
+    """A block call's token input (`"x"`, its first argument) or its `rope=` tables (None without RoPE)."""
+    if name == "x":
+        return node.arguments.args[0]
+    return node.arguments.kwargs.get(name)
+
+
 def _single(tensors, what):
     tensors = list(tensors)
     if len(tensors) != 1:
@@ -138,13 +145,16 @@ class AttentionProbe:
                 )
             )
         first = _node_in(self.vit, self.blocks[0])
+        # A RoPE model's blocks also take the tables (`rope=`): the last stage computes them with the tokens.
+        self._tables = [_block_argument(_node_in(self.vit, block), "rope") for block in self.blocks]
         self._stages.append(
-            keras.Model(_single(self.vit.inputs, f"Model {self.vit.name!r}"), _single(first.input_tensors, "A block"))
+            keras.Model(_single(self.vit.inputs, f"Model {self.vit.name!r}"),
+                        [_block_argument(first, "x"), *[t for t in self._tables if t is not None]])
         )
         previous = first
         for block in self.blocks[1:]:
             node = _node_in(self.vit, block)
-            if _single(node.input_tensors, block.name) is not _single(previous.output_tensors, "A block"):
+            if _block_argument(node, "x") is not _single(previous.output_tensors, "A block"):
                 raise ValueError(
                     f"Block {block.name!r} does not take the previous block's output; inspection needs the "
                     "Transformer blocks of a ViT as one chain."
@@ -246,10 +256,13 @@ class AttentionProbe:
             x = images[start : start + batch_size]
             for stage in self._stages:
                 x = stage(x, training=False)
+            x, *tables = x if isinstance(x, list | tuple) else (x,)
+            tables = iter(tables)
             scores = []
-            for block in self.blocks:
+            for block, has_tables in zip(self.blocks, self._tables):
+                rope = {} if has_tables is None else {"rope": next(tables)}
                 # all_tokens: the whole map also from a model built with head_tokens_only=True.
-                x, attention = block(x, training=False, return_attention_scores=True, all_tokens=True)
+                x, attention = block(x, training=False, return_attention_scores=True, all_tokens=True, **rope)
                 scores.append(np.asarray(keras.ops.convert_to_numpy(attention), dtype=np.float32))
             yield scores
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from vit_keras.configs import NORMS
 from vit_keras.layers.checkpoint import plain
 
-NORMS = ("layernorm", "rmsnorm")
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")

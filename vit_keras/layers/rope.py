@@ -33,10 +33,10 @@ import keras
 import numpy as np
 from keras import ops
 
+from vit_keras.configs import ROPE_GRID_INDEXING, ROPE_LAYOUTS
 from vit_keras.layers.checkpoint import plain
 
-LAYOUTS = ("interleaved", "rotate_half", "mixed")
-GRID_INDEXING = ("ij", "xy")
+LAYOUTS, GRID_INDEXING = ROPE_LAYOUTS, ROPE_GRID_INDEXING
 # The sources' θ: 1e4 for EVA-02 / PE / SBB (timm's default), 100 for DINOv3, 10 for the RoPE-Mixed initialisation.
 DEFAULT_TEMPERATURE = {"interleaved": 10000.0, "rotate_half": 100.0, "mixed": 10.0}
 

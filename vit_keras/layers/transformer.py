@@ -5,14 +5,14 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from vit_keras.configs import ACTIVATIONS
+from vit_keras.configs import ACTIVATIONS, MLPS
 from vit_keras.layers.checkpoint import nested, plain
 from vit_keras.layers.dtypes import SublayerPolicies
 from vit_keras.layers.norms import NORMS, norm_layer
 from vit_keras.layers.rope import LAYOUTS, apply_rope, split_tables
 from vit_keras.layers.swiglu import SwiGLUBlock
 
-MLP_KINDS = ("gelu", "swiglu", "swiglu_packed")
+MLP_KINDS = MLPS  # the config's vocabulary
 
 QUICK_GELU_SCALE = 1.702
 
