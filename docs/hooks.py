@@ -33,7 +33,8 @@ MARKER = re.compile(r"^<!-- generated: ([a-z_]+) -->$", re.MULTILINE)
 def _bare_package():
     """`vit_keras` as a namespace without its `__init__`, for as long as the tables are read; sys.modules is
     restored afterwards, so nothing else in the build sees the bare package."""
-    saved = {name: module for name, module in sys.modules.items() if name == "vit_keras" or name.startswith("vit_keras.")}
+    saved = {name: module for name, module in sys.modules.items()
+             if name == "vit_keras" or name.startswith("vit_keras.")}
     for name in saved:
         del sys.modules[name]
     for name, path in (("vit_keras", PACKAGE), ("vit_keras.weights", PACKAGE / "weights")):
