@@ -94,7 +94,7 @@ def variants_table() -> str:
     names, params = constructors(), paper_params()
     lines = [_row(("constructor", "variant", "patch", "D", "MLP", "heads", "layers", "ResNet stages",
                    "params (224, 1000 classes)")),
-             _row(("---",) * 2 + ("---:",) * 7)]
+             _row(("---",) * 2 + ("---:",) * 5 + ("---", "---:"))]
     for variant, config in variants.items():
         if variant not in names:
             raise ValueError(f"vit_keras/models.py defines no named constructor for the variant {variant!r}")
@@ -116,13 +116,13 @@ def weights_table() -> str:
                      key=lambda e: (variant_order.index(e.variant), name_order.index(e.name)))
     lines = [_row(("constructor", "`weights=`", "source", "resolution", "classes", "size", "ImageNet top-1 (published)",
                    "file")),
-             _row(("---",) * 3 + ("---:",) * 4 + ("---",))]
+             _row(("---",) * 3 + ("---:",) * 3 + ("---", "---"))]
     for entry in entries:
         classes = f"{entry.classes:,}"
         if entry.representation_size:
             classes += f" + pre_logits {entry.representation_size}"
         size = f"{round(entry.size_mib):,} MiB" if entry.size_mib else "—"
-        top1 = f"{entry.top1:.2f} ({entry.top1_source})" if entry.top1 is not None else "—"
+        top1 = f"{entry.top1:.2f}: {entry.top1_source}" if entry.top1 is not None else "—"
         file = entry.url[len(base_url) + 1:] if entry.url.startswith(base_url + "/") else entry.url
         lines.append(_row((f"`{names[entry.variant]}`", f"`{entry.name}`", entry.source.replace("->", "→"),
                            entry.resolution, classes, size, top1, f"[`{file}`]({entry.url})")))

@@ -72,7 +72,7 @@ def test_weights_table_matches_the_registry(hooks):
         if entry.top1 is None:
             assert top1 == "—", row
         else:
-            number, label = re.fullmatch(r"([\d.]+) \((.+)\)", top1).groups()
+            number, label = re.fullmatch(r"([\d.]+): (.+)", top1).groups()
             assert float(number) == entry.top1 and label == entry.top1_source, row
         url = re.fullmatch(r"\[`([^`]+)`\]\(([^)]+)\)", link)
         assert url is not None, link
