@@ -49,8 +49,8 @@ $(PEERS): $(STAMP)
 		opencv-python-headless==5.0.0.93
 	touch $(PEERS)
 
-# The tables of docs/performance.md: float32 everywhere (every peer, every Keras backend), bfloat16 at batch 16 for the precision
-# rule. `python scripts/benchmark.py` with no arguments runs the whole matrix instead (about 2 hours on 2 cores).
+# The tables of docs/performance.md: float32 everywhere (every peer, every Keras backend), bfloat16 at batch 16 for
+# the precision rule. `python scripts/benchmark.py` with no arguments runs the whole matrix instead (about 2 hours on 2 cores).
 benchmark: $(PEERS)
 	$(BIN)/python scripts/benchmark.py --suite inference --precisions float32 --json benchmark_inference.json
 	$(BIN)/python scripts/benchmark.py --suite inference --precisions bfloat16 --batch-sizes 16 \
