@@ -117,3 +117,17 @@ def test_readme_is_short_and_links_every_page():
         assert (ROOT / link).is_file(), f"README links {link}, which does not exist"
     pages = {f"docs/{page.name}" for page in DOCS.glob("*.md")} - {"docs/index.md"}
     assert pages <= links, f"pages the README does not link: {sorted(pages - links)}"
+
+
+def test_every_python_example_in_the_readme_and_the_docs_parses():
+    """A Python block that does not even parse is a broken example (running them needs downloads and hours)."""
+    for page in [README, *sorted(DOCS.rglob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        blocks = re.finditer(r"^( *)```python\n(.*?)^\1```", text, re.DOTALL | re.MULTILINE)
+        for number, block in enumerate(blocks, 1):
+            indent = len(block.group(1))
+            code = "\n".join(line[indent:] for line in block.group(2).splitlines())
+            try:
+                compile(code, f"{page.name} python block {number}", "exec")
+            except SyntaxError as error:
+                pytest.fail(f"{page.relative_to(ROOT)}: python block {number} does not parse: {error}")
