@@ -1,16 +1,16 @@
-# `make demo` and `make test` each create .venv when it is missing or older than the package metadata.
+# `make demo`, `make test` and `make docs` each create .venv when it is missing or older than the package metadata.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test test-numerics lint benchmark clean
+.PHONY: demo test test-numerics lint docs benchmark clean
 
 $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[tensorflow,jax,test]"
+	$(BIN)/python -m pip install --quiet -e ".[tensorflow,jax,test,docs]"
 	# Test-only timm parity: --no-deps keeps the CPU torch (tests/conftest.py makes torchvision's ops optional).
 	$(BIN)/python -m pip install --quiet --no-deps timm==1.0.31 torchvision==0.28.0
 	# Test-only: the TF Serving request protos; --no-deps, since it requires the CUDA `tensorflow` package.
@@ -23,7 +23,12 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: lint
+# The documentation site (mkdocs.yml, docs/) into site/; --strict fails on a broken link, a missing page or an
+# API reference that no longer resolves. The model zoo's tables are generated from the package (docs/hooks.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+test: lint docs
 	$(BIN)/python -m pytest -q --durations=15
 
 # The numerics-sensitive tests (pytest -m numerics) once per setting that changes float arithmetic: oneDNN capped
@@ -44,8 +49,8 @@ $(PEERS): $(STAMP)
 		opencv-python-headless==5.0.0.93
 	touch $(PEERS)
 
-# The README's tables: float32 everywhere (every peer, every Keras backend), bfloat16 at batch 16 for the precision
-# rule. `python scripts/benchmark.py` with no arguments runs the whole matrix instead (about 2 hours on 2 cores).
+# The tables of docs/performance.md: float32 everywhere (every peer, every Keras backend), bfloat16 at batch 16 for
+# the precision rule. `python scripts/benchmark.py` with no arguments runs the whole matrix instead (about 2 hours on 2 cores).
 benchmark: $(PEERS)
 	$(BIN)/python scripts/benchmark.py --suite inference --precisions float32 --json benchmark_inference.json
 	$(BIN)/python scripts/benchmark.py --suite inference --precisions bfloat16 --batch-sizes 16 \
@@ -53,7 +58,7 @@ benchmark: $(PEERS)
 	$(BIN)/python scripts/benchmark.py --suite training --precisions float32 --json benchmark_training.json
 
 clean:
-	rm -rf $(VENV) .venv-vitkeras020 demo_output .pytest_cache
+	rm -rf $(VENV) .venv-vitkeras020 demo_output .pytest_cache site
 
 .PHONY: benchmark-export
 # Size, CPU latency and agreement of every deployment format for the demo's trained model (run `make demo` first).

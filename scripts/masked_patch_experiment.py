@@ -5,11 +5,12 @@ For each seed: pre-train a tiny ViT by masked patch prediction on all 1,437 trai
 per class) for FINETUNE_STEPS, and fine-tune an identical, randomly initialised ViT on the same subset for the same
 steps. Reports held-out top-1 on the 360 test digits (mean ± standard deviation over seeds) and the few-shot
 linear probe of each pre-trained encoder's mean patch token. Writes `docs/masked_patch_results.json`,
-`docs/masked_patch.png` and prints the README table.
+`docs/masked_patch.png` and prints the table of docs/pretraining.md.
 
-The README's tables: the paper's class-token classifier with its mean-colour target (`--targets mean_colour`,
-`docs/masked_patch_results.json`), and the three targets compared with a classifier on the mean of the patch
-tokens (`--classifier gap`, which every pre-trained token reaches; `docs/masked_patch_gap_results.json`).
+The tables of docs/pretraining.md: the paper's class-token classifier with its mean-colour target
+(`--targets mean_colour`, `docs/masked_patch_results.json`), and the three targets compared with a classifier on the
+mean of the patch tokens (`--classifier gap`, which every pre-trained token reaches;
+`docs/masked_patch_gap_results.json`).
 
 Example:
     $ python scripts/masked_patch_experiment.py --seeds 0 1 2 --targets mean_colour
@@ -168,7 +169,7 @@ def _values(runs, key, inner=None):
 
 
 def table(summary) -> str:
-    """The README table: held-out top-1 after fine-tuning and the 10-shot probe, mean ± std over seeds."""
+    """The docs/pretraining.md table: held-out top-1 after fine-tuning and the 10-shot probe, mean ± std over seeds."""
     runs = summary["runs"]
 
     def stat(key, inner=None):

@@ -34,7 +34,8 @@ def test_demo_exits_zero_end_to_end(tmp_path, record_property):
     assert line, run.stdout[-4000:]
     record_property("held_out_top1_percent", float(line.group(1)))
     record_property("bound:held_out_top1_percent", ">= 95.0")
-    # The demo's own bar (it exits 1 below it), not a bound fitted to a run. Its spread is the README's: 10 runs
+    # The demo's own bar (it exits 1 below it), not a bound fitted to a run. Its spread is in docs/fine-tuning.md
+    # ("The demo"): 10 runs
     # (5 seeds x 1 and 2 threads) from 96.39% to 98.33%, so the bar allows only 1.4x the worst error measured;
     # `make test-numerics` leaves this test out (a whole demo per setting), add it with
     # `python scripts/test_numerics.py -- tests/test_demo_end_to_end.py`.

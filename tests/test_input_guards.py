@@ -195,7 +195,8 @@ def test_a_plain_keras_model_loses_its_weights_on_jax():
         assert "NoneType" in str(error)
     else:
         pytest.fail("Upstream Keras now keeps a model's weights when predict refuses an input: "
-                    "vit_keras.model_class.VisionTransformer's guard and the README's known issue may go.")
+                    "vit_keras.model_class.VisionTransformer's guard and the known issue in docs/reliability.md "
+                    "may go.")
 
 
 # --- TensorFlow graphs and the SavedModel --------------------------------------------------------------------------

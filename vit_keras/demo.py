@@ -33,12 +33,12 @@ import numpy as np
 DATASET = "vit_keras_digits"
 PRETRAIN_SIZE, FINETUNE_SIZE, PATCH_SIZE = 8, 12, 2
 # Batch 32 with twice the updates of batch 64 (the same compute): the extra, noisier updates generalise better on
-# 1,293 training digits (README "The demo" has the measurements).
+# 1,293 training digits (docs/fine-tuning.md, "The demo", has the measurements).
 PRETRAIN_STEPS, FINETUNE_STEPS = 2400, 600
 BATCH_SIZE = 32
 PRETRAIN_LR = 2e-3
 # Train-time crop of each stage (vit_keras.data CROPS). "resize" keeps every digit where it is: one-pixel random
-# shifts ("shift") scored lower on the same seeds (README "The demo").
+# shifts ("shift") scored lower on the same seeds (docs/fine-tuning.md, "The demo").
 PRETRAIN_CROP, FINETUNE_CROP = "resize", "resize"
 
 
@@ -185,8 +185,8 @@ def write_inspection_figures(model, data: DemoData, output_dir) -> list:
 DEMO_STEPS = [save_and_reload, export_for_deployment, write_inspection_figures]
 
 
-# The demo exits 1 below this held-out top-1 accuracy; README "The demo" lists measured runs per seed and thread
-# count (the score moves with both).
+# The demo exits 1 below this held-out top-1 accuracy; docs/fine-tuning.md ("The demo") lists measured runs per seed
+# and thread count (the score moves with both).
 ACCURACY_BAR = 0.95
 
 
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
     # Digits are tiny and not mirror-symmetric: no inception crop (it cuts strokes off) or flip. float32: on CPU,
     # XLA gains nothing from bfloat16 (REFERENCE §12) and these matrices are too small for it to pay.
     # Label smoothing 0.1 in both stages: without it the model memorises the training digits and the weakest of
-    # 10 measured runs scored 95.83% (README "The demo").
+    # 10 measured runs scored 95.83% (docs/fine-tuning.md, "The demo").
     common = {"flip": False, "precision": "float32", "seed": args.seed, "batch_size": BATCH_SIZE,
               "label_smoothing": 0.1, "shuffle_buffer": 2048, "log_images": 8}
     # Both stages validate on the last 10% of the training digits (train() holds them out by default): the

@@ -1,6 +1,6 @@
 """What this machine computes fast, and the precision and XLA setting that follow from it.
 
-The rule (measured with `scripts/benchmark.py`, ViT-B/16; the README's Speed section has the tables):
+The rule (measured with `scripts/benchmark.py`, ViT-B/16; docs/performance.md has the tables):
 
 - CPU with native bfloat16 instructions (`avx512_bf16` or AMX `amx_bf16`): `mixed_bfloat16` *without* XLA.
   TensorFlow's oneDNN bfloat16 matmuls are 1.6x faster than float32 there, and XLA's CPU GEMM has no bfloat16

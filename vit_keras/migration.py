@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 
-MIGRATION_GUIDE = "README, 'Migrating from vit-keras 0.2.0'"
+MIGRATION_GUIDE = "migration guide, docs/migration.md"
 
 # Names that have warned in this process; a test may clear it to see the warning again.
 warned: set[str] = set()

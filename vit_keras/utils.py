@@ -1,6 +1,6 @@
 """vit-keras 0.2.0's `utils` module (`read`, `get_imagenet_classes`, weight loading), on today's functions.
 
-Every function warns once (FutureWarning) with what to use instead; see the README's migration table.
+Every function warns once (FutureWarning) with what to use instead; see the migration table in docs/migration.md.
 
 Example:
     >>> from vit_keras import utils

@@ -1,6 +1,6 @@
 """vit-keras 0.2.0's `visualize.attention_map`, on `vit_keras.inspection`'s attention rollout.
 
-Warns once (FutureWarning) with what to use instead; see the README's migration table.
+Warns once (FutureWarning) with what to use instead; see the migration table in docs/migration.md.
 
 Example:
     >>> from vit_keras import utils, visualize

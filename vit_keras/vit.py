@@ -4,7 +4,7 @@ Same names, arguments and defaults as 0.2.0: the models take images already scal
 `preprocess_inputs`, `include_top=False` returns the class token's vector (after the final LayerNorm and, for
 `weights="imagenet21k"`, the tanh `pre_logits` layer), `activation` is the head's activation ("linear": logits),
 `pretrained_top=True` keeps the checkpoint's head (and its number of classes). Every function warns once
-(FutureWarning) with the call to use instead; see the README's migration table.
+(FutureWarning) with the call to use instead; see the migration table in docs/migration.md.
 
 Example:
     >>> from vit_keras import vit

@@ -1,0 +1,133 @@
+"""The docs site (mkdocs.yml, docs/): its generated model-zoo tables against the package, and the README's links into
+the site. The site itself is built with `mkdocs build --strict` by `make docs`, which `make test` runs."""
+
+import dataclasses
+import importlib.util
+import pathlib
+import re
+import sys
+
+import pytest
+
+import vit_keras
+from tests.test_configs import PAPER_PARAMS
+from vit_keras.configs import VARIANTS
+from vit_keras.models import _variant_function_name
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+# A README is read on one screen or two; the rest is on the site.
+README_MAX_LINES = 200
+
+
+@pytest.fixture(scope="module")
+def hooks():
+    spec = importlib.util.spec_from_file_location("vit_keras_docs_hooks", DOCS / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rows(table: str) -> list[list[str]]:
+    """The body rows of a Markdown table, cell by cell (header and separator left out)."""
+    lines = table.strip().splitlines()
+    assert len(lines) >= 3 and set(lines[1].replace("|", "").replace(":", "").replace(" ", "")) == {"-"}, table[:200]
+    return [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines[2:]]
+
+
+def test_variants_table_matches_the_constructors(hooks):
+    """One row per `VARIANTS` entry, in order, naming the constructor `vit_keras` exports for it, the variant's
+    widths and depth, and the parameter count tests/test_configs.py asserts for the built model."""
+    rows = _rows(hooks.variants_table())
+    assert [row[1] for row in rows] == list(VARIANTS)
+    for constructor, variant, patch, hidden, mlp, heads, layers, stages, params in rows:
+        config = VARIANTS[variant]
+        name = _variant_function_name(variant)
+        assert constructor == f"`{name}`" and callable(getattr(vit_keras, name)), constructor
+        assert patch.split()[0] == str(config.patch_size), (variant, patch)
+        assert (int(hidden), int(mlp), int(heads), int(layers)) == (
+            config.hidden_size, config.mlp_dim, config.num_heads, config.num_layers), variant
+        assert (stages == "—") == (config.resnet is None), (variant, stages)
+        assert int(params.replace(",", "")) == PAPER_PARAMS[name], variant
+
+
+def test_weights_table_matches_the_registry(hooks):
+    """Every row of the generated checkpoint table is a registry entry with the same constructor, name,
+    resolution, classes (and pre_logits width), size, top-1, source and URL; and every entry has its row."""
+    entries = {(f"`{_variant_function_name(e.variant)}`", f"`{e.name}`"): e for e in vit_keras.list_weights()}
+    seen = set()
+    for row in _rows(hooks.weights_table()):
+        assert len(row) == 8, row
+        constructor, name, source, resolution, classes, size, top1, link = row
+        entry = entries.get((constructor, name))
+        assert entry is not None, f"row {constructor} {name} is not registered"
+        assert (constructor, name) not in seen, f"{constructor} {name} is listed twice"
+        seen.add((constructor, name))
+        assert int(resolution) == entry.resolution, row
+        classes_text = f"{entry.classes:,}" + (
+            f" + pre_logits {entry.representation_size}" if entry.representation_size else "")
+        assert classes == classes_text, row
+        assert size == (f"{entry.size_mib:,.0f} MiB" if entry.size_mib else "—"), row
+        if entry.top1 is None:
+            assert top1 == "—", row
+        else:
+            number, label = re.fullmatch(r"([\d.]+): (.+)", top1).groups()
+            assert float(number) == entry.top1 and label == entry.top1_source, row
+        url = re.fullmatch(r"\[`([^`]+)`\]\(([^)]+)\)", link)
+        assert url is not None, link
+        assert url.group(2) == entry.url and entry.url.endswith("/" + url.group(1)), row
+        assert source.replace("→", "->") == entry.source, row
+    assert seen == set(entries), f"registered but not in the table: {sorted(set(entries) - seen)}"
+
+
+def test_every_marker_in_the_docs_is_a_known_table(hooks):
+    """A page's `<!-- generated: NAME -->` line is replaced by its table; an unknown name fails the build."""
+    pages = sorted(DOCS.rglob("*.md"))
+    found = {name for page in pages for name in hooks.MARKER.findall(page.read_text(encoding="utf-8"))}
+    assert found == set(hooks.TABLES), found
+    for page in pages:
+        assert not hooks.MARKER.search(hooks.render(page.read_text(encoding="utf-8"))), page
+    with pytest.raises(ValueError, match="Unknown generated table 'nope'"):
+        hooks.render("<!-- generated: nope -->")
+
+
+def test_the_tables_are_read_without_the_package_init(hooks):
+    """The docs build reads the package's tables without its `__init__` (which imports Keras and TensorFlow): the
+    bare read must work (else the build falls back to the slow import) and leave the imported package as it was."""
+    before = {name: sys.modules[name] for name in ("vit_keras", "vit_keras.configs", "vit_keras.weights.registry")}
+    with hooks._bare_package():
+        configs = importlib.import_module("vit_keras.configs")
+        registry = importlib.import_module("vit_keras.weights.registry")
+        assert not hasattr(sys.modules["vit_keras"], "ViT")  # the bare package, not the real one
+    assert list(configs.VARIANTS) == list(VARIANTS)
+    # Equal field by field (the bare read's dataclass is a class of its own).
+    assert [dataclasses.astuple(e) for e in registry.REGISTRY.values()] == [
+        dataclasses.astuple(e) for e in vit_keras.list_weights()]
+    assert all(sys.modules[name] is module for name, module in before.items())
+
+
+def test_readme_is_short_and_links_every_page():
+    """The README fits on a screen or two and links (relatively, so they work on GitHub) every page of the site;
+    each link resolves to a file."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) < README_MAX_LINES
+    links = set(re.findall(r"\]\(((?!https?://)[^)#]+)(?:#[^)]*)?\)", text))
+    for link in links:
+        assert (ROOT / link).is_file(), f"README links {link}, which does not exist"
+    pages = {f"docs/{page.name}" for page in DOCS.glob("*.md")} - {"docs/index.md"}
+    assert pages <= links, f"pages the README does not link: {sorted(pages - links)}"
+
+
+def test_every_python_example_in_the_readme_and_the_docs_parses():
+    """A Python block that does not even parse is a broken example (running them needs downloads and hours)."""
+    for page in [README, *sorted(DOCS.rglob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        blocks = re.finditer(r"^( *)```python\n(.*?)^\1```", text, re.DOTALL | re.MULTILINE)
+        for number, block in enumerate(blocks, 1):
+            indent = len(block.group(1))
+            code = "\n".join(line[indent:] for line in block.group(2).splitlines())
+            try:
+                compile(code, f"{page.name} python block {number}", "exec")
+            except SyntaxError as error:
+                pytest.fail(f"{page.relative_to(ROOT)}: python block {number} does not parse: {error}")
