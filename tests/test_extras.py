@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from vit_keras.extras import install_command, require
+from vit_keras.extras import MissingExtraError, install_command, require
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Optional packages (extras, other backends, test-only) that `import vit_keras` on TensorFlow must not import.
@@ -54,12 +54,12 @@ def test_core_runs_and_missing_extras_are_named():
     # Every optional package missing for the whole run, as in `pip install vit-keras3[tensorflow]`: a model builds
     # and predicts, and each function that needs an extra says which one.
     result = _run(f"""
-        import json, sys
+        import contextlib, io, json, sys
         for name in {OPTIONAL!r}:
             sys.modules[name] = None
         import numpy as np
         import vit_keras
-        from vit_keras import demo, inspection
+        from vit_keras import cli, demo, inspection
         from vit_keras.datasets import digits
 
         model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96,
@@ -76,24 +76,32 @@ def test_core_runs_and_missing_extras_are_named():
             try:
                 call()
                 errors[key] = None
-            except ImportError as error:
-                errors[key] = str(error)
+            except ImportError as error:  # MissingExtraError is one
+                errors[key] = f"{{type(error).__name__}}: {{error}}"
+        # The command line says it too, before it loads a model (this one does not exist): exit status 1.
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            status = cli.main(["inspect", "no_image.png", "--model", "no_model.keras", "--out", "unused_dir"])
+        errors["cli"] = f"{{status}}: {{stderr.getvalue()}}"
         print(json.dumps(errors))
     """)
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert found["predict_shape"] == [1, 4]
     assert found["classes"] == 1000
     assert not os.path.exists(os.path.join(ROOT, "unused_dir")), "write_figures made its directory before failing"
+    assert found["cli"].startswith("1: vit-keras inspect: error: "), found["cli"]
     for key, extra, package in [("plot", "inspection", "matplotlib"), ("write_figures", "inspection", "matplotlib"),
-                                ("digits", "train", "sklearn"), ("demo", "train", "sklearn")]:
+                                ("digits", "train", "sklearn"), ("demo", "train", "sklearn"),
+                                ("cli", "inspection", "matplotlib")]:
         assert found[key] is not None, f"{key} ran without {package}"
         assert f"pip install 'vit-keras3[{extra}]'" in found[key], found[key]
         assert package in found[key], found[key]
+        assert key == "cli" or found[key].startswith("MissingExtraError: "), found[key]
 
 
 def test_require_returns_the_module_and_names_the_extra():
     assert require("json", "inspection", "Reading JSON").dumps([]) == "[]"
-    with pytest.raises(ImportError, match=r"Exporting needs no_such_module_xyz.*\[onnx\] extra") as caught:
+    with pytest.raises(MissingExtraError, match=r"Exporting needs no_such_module_xyz.*\[onnx\] extra") as caught:
         require("no_such_module_xyz.sub", "onnx", "Exporting")
     assert str(caught.value).endswith(install_command("onnx"))
     assert isinstance(caught.value.__cause__, ImportError)  # the original error stays attached
