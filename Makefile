@@ -90,6 +90,6 @@ check-jax-install:
 .PHONY: check-wheel
 # `python -m build` (sdist and wheel), `twine check`, then the wheel with [tensorflow] and constraints.txt in a fresh
 # virtualenv under a temporary directory, a quickstart run there, and the same beside numpy one patch release from
-# the pin (scripts/check_wheel.py). Not part of `make test`: about 8 minutes on 2 shared cores, most of it pip installing TensorFlow.
+# the pin (scripts/check_wheel.py). Not part of `make test`: 8 to 13 minutes on 2 shared cores, most of it pip installing TensorFlow.
 check-wheel: $(STAMP)
 	$(BIN)/python scripts/check_wheel.py

@@ -1,6 +1,6 @@
 """Build the sdist and wheel, check their metadata, and install the wheel the way a user would, outside the checkout.
 
-Run by `make check-wheel` (about 8 minutes on 2 shared cores, most of it pip installing TensorFlow into a fresh
+Run by `make check-wheel` (8 to 13 minutes on 2 shared cores, most of it pip installing TensorFlow into a fresh
 virtualenv). Steps, each printed with its time; the first failure stops the run with exit status 1:
 
 1. `python -m build` writes the sdist and the wheel; `twine check --strict` passes both; the wheel holds the
@@ -91,7 +91,8 @@ def build(work: str) -> tuple[str, str]:
     sdists, wheels = glob.glob(os.path.join(dist, "*.tar.gz")), glob.glob(os.path.join(dist, "*.whl"))
     if len(sdists) != 1 or len(wheels) != 1:
         raise CheckFailed(f"expected one sdist and one wheel in {dist}, found {sorted(os.listdir(dist))}")
-    print(run([sys.executable, "-m", "twine", "check", "--strict", sdists[0], wheels[0]], "twine check").strip())
+    print(run([sys.executable, "-m", "twine", "--no-color", "check", "--strict", sdists[0], wheels[0]],
+              "twine check").strip())
     with zipfile.ZipFile(wheels[0]) as wheel:
         names = wheel.namelist()
     if "vit_keras/resources/imagenet1k_classes.tsv" not in names:
