@@ -7,10 +7,11 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 .PHONY: demo test test-numerics lint docs benchmark clean
 
-$(STAMP): setup.cfg pyproject.toml Makefile
+# setup.cfg states compatible ranges; constraints.txt the exact versions tested, which every install here uses.
+$(STAMP): setup.cfg pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[tensorflow,jax,test,docs]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[tensorflow,jax,inspection,train,test,docs]"
 	# Test-only timm parity: --no-deps keeps the CPU torch (tests/conftest.py makes torchvision's ops optional).
 	$(BIN)/python -m pip install --quiet --no-deps timm==1.0.31 torchvision==0.28.0
 	# Test-only: the TF Serving request protos; --no-deps, since it requires the CUDA `tensorflow` package.
@@ -44,7 +45,7 @@ PEERS := $(VENV)/.peers
 $(PEERS): $(STAMP)
 	$(BIN)/python -m pip install --quiet --no-deps keras-hub==0.32.0
 	# ONNX Runtime on timm's ONNX export (the `benchmark` extra: onnxruntime and onnx, pinned there).
-	$(BIN)/python -m pip install --quiet -e ".[tensorflow,jax,test,benchmark]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[tensorflow,jax,inspection,train,test,benchmark]"
 	$(BIN)/python -m pip install --quiet --no-deps --target .venv-vitkeras020 vit-keras==0.2.0 validators==0.35.0 \
 		opencv-python-headless==5.0.0.93
 	touch $(PEERS)
@@ -87,6 +88,13 @@ check-jax-install:
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	$(PYTHON) -m venv "$$tmp/venv"; \
 	"$$tmp/venv/bin/python" -m pip install --quiet --upgrade pip; \
-	"$$tmp/venv/bin/python" -m pip install --quiet "$(CURDIR)[jax]"; \
+	"$$tmp/venv/bin/python" -m pip install --quiet -c "$(CURDIR)/constraints.txt" "$(CURDIR)[jax]"; \
 	cd "$$tmp" && KERAS_BACKEND=jax "$$tmp/venv/bin/python" "$(CURDIR)/scripts/check_core_install.py" \
 		--timm-dir "$(CURDIR)/tests/fixtures/family/timm_deit_distilled"
+
+.PHONY: check-wheel
+# `python -m build` (sdist and wheel), `twine check`, then the wheel with [tensorflow] and constraints.txt in a fresh
+# virtualenv under a temporary directory, a quickstart run there, and the same beside numpy one patch release from
+# the pin (scripts/check_wheel.py). Not part of `make test`: 8 to 13 minutes on 2 shared cores, most of it pip installing TensorFlow.
+check-wheel: $(STAMP)
+	$(BIN)/python scripts/check_wheel.py

@@ -30,6 +30,8 @@ import time
 
 import numpy as np
 
+from vit_keras.extras import require
+
 DATASET = "vit_keras_digits"
 PRETRAIN_SIZE, FINETUNE_SIZE, PATCH_SIZE = 8, 12, 2
 # Batch 32 with twice the updates of batch 64 (the same compute): the extra, noisier updates generalise better on
@@ -55,9 +57,9 @@ def load_digits_rgb(seed: int = 0, test_fraction: float = 0.2):
         >>> x_train.shape[1:]
         (8, 8, 3)
     """
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
+    purpose = "load_digits_rgb (scikit-learn's digits)"
+    load_digits = require("sklearn.datasets", "train", purpose).load_digits
+    train_test_split = require("sklearn.model_selection", "train", purpose).train_test_split
     digits = load_digits()
     images = digits.images.astype(np.float32) * (255.0 / DIGITS_MAX_VALUE)
     images = np.repeat(images[..., None], 3, axis=-1)

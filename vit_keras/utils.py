@@ -100,7 +100,7 @@ def _is_url(value: str) -> bool:
 def _load_rgb(filepath_or_buffer, timeout, max_pixels) -> np.ndarray:
     try:
         import PIL.Image
-    except ImportError:  # pragma: no cover (Pillow ships with matplotlib, a dependency)
+    except ImportError:  # without Pillow (the [inspection] extra) no PIL image can be passed in either
         PIL = None
     if PIL is not None and isinstance(filepath_or_buffer, PIL.Image.Image):
         # Image.open reads the header only; convert() decodes, so the size is checked first.

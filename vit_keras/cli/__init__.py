@@ -58,7 +58,7 @@ def refuse_undecodable(parser: argparse.ArgumentParser, argv) -> None:
 
 def main(argv=None) -> int:
     """Entry point of the `vit-keras` console script: exit code 0 on success, 2 for a refused argument or input,
-    1 when the run failed (its output directory is in use, or the loss became NaN).
+    1 when the run failed (its output directory is in use, the loss became NaN, or an extra it needs is missing).
 
     Example:
         >>> main(["predict", "--help"])  # doctest: +SKIP
@@ -67,6 +67,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     refuse_undecodable(parser, argv)
     args = parser.parse_args(argv)
+    from vit_keras.extras import MissingExtraError
     from vit_keras.training.lock import OutputDirLockedError
 
     try:
@@ -74,7 +75,7 @@ def main(argv=None) -> int:
     except ValueError as error:
         print(f"vit-keras {args.command}: error: {error}", file=sys.stderr)
         return 2
-    except OutputDirLockedError as error:
+    except (OutputDirLockedError, MissingExtraError) as error:
         print(f"vit-keras {args.command}: error: {error}", file=sys.stderr)
         return 1
 

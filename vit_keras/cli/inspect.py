@@ -72,7 +72,9 @@ def run(args) -> int:
 
     from vit_keras.cli.predict import load_image
     from vit_keras.inspection import AttentionProbe, write_figures
+    from vit_keras.inspection.plots import require_matplotlib
 
+    require_matplotlib("matplotlib.figure")  # before the model loads, not after
     model = load_model(args)
     probe = AttentionProbe(model)
     height, width, _ = probe.input_shape

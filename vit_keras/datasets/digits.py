@@ -15,10 +15,20 @@ from __future__ import annotations
 import numpy as np
 import tensorflow_datasets as tfds
 
+from vit_keras.extras import require
+
 DIGITS_NAME = "vit_keras_digits"
 DIGITS_MAX_VALUE = 16
 TEST_FRACTION = 0.2
 SPLIT_SEED = 0
+
+
+def sklearn_digits():
+    """scikit-learn's `load_digits` and `train_test_split`, or the ImportError that names the [train] extra."""
+    purpose = "The bundled digits dataset (vit_keras_digits, the demo)"
+    datasets = require("sklearn.datasets", "train", purpose)
+    model_selection = require("sklearn.model_selection", "train", purpose)
+    return datasets.load_digits, model_selection.train_test_split
 
 
 def digits_arrays(split: str):
@@ -29,11 +39,9 @@ def digits_arrays(split: str):
         >>> images.shape, images.dtype.name
         ((360, 8, 8, 3), 'uint8')
     """
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
     if split not in ("train", "test"):
         raise ValueError(f"The digits have the splits 'train' and 'test', not {split!r}.")
+    load_digits, train_test_split = sklearn_digits()
     digits = load_digits()
     # 16 -> 255 with rounding: a linear map, so the relative intensities stay those of the scans.
     grey = np.rint(digits.images * (255.0 / DIGITS_MAX_VALUE)).astype(np.uint8)

@@ -17,6 +17,7 @@ import numpy as np
 
 from vit_keras.export.forward import tensorflow_forward
 from vit_keras.export.signatures import IMAGES_INPUT, describe_model, float32_model, images_spec, model_outputs
+from vit_keras.extras import install_command, require
 from vit_keras.files import atomic_file, refuse_existing
 
 # ONNX opset of the files `to_onnx` writes: 17 (ONNX 1.12, 2022), which every current ONNX Runtime release runs.
@@ -25,7 +26,8 @@ DEFAULT_OPSET = 17
 MAX_ONNX_BYTES = 2**31 - 2**26
 # How long the TensorFlow-backend conversion of a JAX/PyTorch model may take (a large variant takes minutes).
 CONVERSION_TIMEOUT_S = 3600
-_INSTALL_HINT = "pip install vit-keras3[onnx] (tf2onnx, onnx, onnxruntime) next to TensorFlow (vit-keras3[cpu])"
+# tf2onnx converts the TensorFlow graph, so the [onnx] extra goes with the [tensorflow] one.
+_ONNX_PURPOSE = "ONNX export and checks (with the [tensorflow] extra as well)"
 
 
 def _check_opset(opset) -> int:
@@ -35,11 +37,7 @@ def _check_opset(opset) -> int:
 
 
 def _import_tf2onnx():
-    try:
-        import tf2onnx
-    except ImportError as error:
-        raise ImportError(f"ONNX export needs tf2onnx: {_INSTALL_HINT}.") from error
-    return tf2onnx
+    return require("tf2onnx", "onnx", _ONNX_PURPOSE)
 
 
 def _convert_in_process(model, path, opset, include_preprocessing):
@@ -104,7 +102,7 @@ def _convert_in_tensorflow_process(model, path, opset, include_preprocessing):
         last = lines[-1] if lines else f"exit status {result.returncode}"
         raise RuntimeError(
             f"ONNX conversion under the TensorFlow backend failed: {last}. It needs TensorFlow and tf2onnx in this "
-            f"environment ({_INSTALL_HINT})."
+            f"environment ({install_command('tensorflow,onnx')})."
         )
 
 
@@ -162,10 +160,7 @@ def onnx_session(path, num_threads=None):
         >>> onnx_session("vit.onnx").get_inputs()[0].name  # doctest: +SKIP
         'images'
     """
-    try:
-        import onnxruntime
-    except ImportError as error:
-        raise ImportError(f"Running ONNX files needs onnxruntime: {_INSTALL_HINT}.") from error
+    onnxruntime = require("onnxruntime", "onnx", _ONNX_PURPOSE)
     if not os.path.isfile(path):
         raise ValueError(f"{os.fspath(path)} does not exist; write it with export.to_onnx(model, path) first.")
     options = onnxruntime.SessionOptions()

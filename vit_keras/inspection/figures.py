@@ -14,6 +14,7 @@ from vit_keras.inspection.plots import (
     plot_attention_maps,
     plot_embedding_filters,
     plot_position_embedding_similarity,
+    require_matplotlib,
 )
 from vit_keras.inspection.position import position_embedding_similarity
 from vit_keras.inspection.probe import AttentionProbe
@@ -39,6 +40,7 @@ def write_figures(model, images, output_dir, max_images: int = 4, layer: int = -
         >>> write_figures(model, x_test[:64], "demo_output/inspection")  # doctest: +SKIP
         ['demo_output/inspection/attention_maps.png', ...]
     """
+    require_matplotlib("matplotlib.figure")  # before the analyses run, not after
     probe = AttentionProbe(model)
     images = probe.check_images(images)
     os.makedirs(output_dir, exist_ok=True)

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from vit_keras.extras import require
+
+_PURPOSE = "Drawing inspection figures (vit_keras.inspection.plot_*, write_figures, `vit-keras inspect`)"
+
+
+def require_matplotlib(module: str = "matplotlib"):
+    """Import matplotlib (or one of its modules), or raise the ImportError that names the [inspection] extra."""
+    return require(module, "inspection", _PURPOSE)
+
 
 def _figure(width, height):
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+    return require_matplotlib("matplotlib.figure").Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
 def _display(image) -> np.ndarray:
@@ -92,7 +99,7 @@ def plot_attention_distance(distances, reference: float | None = None, image_siz
     layers, heads = distances.shape
     figure = _figure(5.4, 3.6)
     axis = figure.subplots()
-    from matplotlib import colormaps
+    colormaps = require_matplotlib().colormaps
 
     colors = colormaps["tab20"](np.arange(heads) % 20)
     depth = np.arange(1, layers + 1)
@@ -133,7 +140,7 @@ def plot_position_embedding_similarity(similarity, value_range=(-1.0, 1.0)):
     side = 5.0
     figure = _figure(side + 1.0, side * gh / gw + 0.4)
     axis = figure.subplots()
-    from matplotlib import colormaps
+    colormaps = require_matplotlib().colormaps
 
     cmap = colormaps["viridis"].with_extremes(bad="white")
     low, high = (np.nanmin(canvas), np.nanmax(canvas)) if value_range is None else value_range

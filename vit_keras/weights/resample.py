@@ -22,7 +22,6 @@ import math
 import numbers
 
 import numpy as np
-import scipy.ndimage
 
 from vit_keras.layers.interpolation import numpy_interpolation_matrix
 
@@ -104,6 +103,8 @@ def resample_grid(grid: np.ndarray, new_grid, interpolation: str = "linear", ant
         return grid
     if interpolation == "linear":
         zoom = (new_rows / rows, new_cols / cols, 1)
+        import scipy.ndimage  # imported here: `import vit_keras` does not need scipy
+
         out = scipy.ndimage.zoom(grid, zoom, order=1)
         if out.shape[:2] != (new_rows, new_cols):  # zoom rounds the output size; guard against drift
             raise ValueError(f"Resampling {rows}x{cols} to {new_rows}x{new_cols} gave {out.shape[:2]}.")
