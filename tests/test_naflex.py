@@ -215,3 +215,55 @@ def test_flexible_inputs_are_checked():
         naflex_patches([np.zeros((8, 8, 3)), np.zeros((16, 16, 3))], 8, 3, resize=False)
     with pytest.raises(ValueError, match="not images of one size"):
         vit_keras.ViT(image_size=32, flexible=True, **TINY)
+
+
+# ---- the tf.data pipeline
+
+
+def test_naflex_size_in_the_graph_equals_naflex_size():
+    import tensorflow as tf
+
+    from vit_keras.naflex_data import naflex_size_graph
+
+    @tf.function
+    def sizes(height, width):
+        return naflex_size_graph(height, width, 16, 256)
+
+    for height, width in SHAPES:
+        assert tuple(int(v) for v in sizes(tf.constant(height), tf.constant(width))) == naflex_size(height, width,
+                                                                                                     16, 256)
+
+
+def test_tf_data_batches_images_of_mixed_sizes_as_naflex_patches():
+    import tensorflow as tf
+
+    from vit_keras.naflex_data import naflex_map
+
+    rng = np.random.default_rng(4)
+    images = [rng.integers(0, 256, shape).astype(np.uint8) for shape in ((100, 700, 3), (64, 48, 3), (30, 30, 3))]
+    dataset = tf.data.Dataset.from_generator(lambda: iter(images),
+                                             output_signature=tf.TensorSpec((None, None, 3), tf.uint8))
+    labels = tf.data.Dataset.range(3)
+    batch, label = next(iter(tf.data.Dataset.zip(dataset, labels).map(naflex_map(8, 24)).batch(3)))
+    expected = naflex_patches(images, 8, 24)
+    assert label.numpy().tolist() == [0, 1, 2]
+    np.testing.assert_array_equal(batch["grid"].numpy(), expected["grid"])
+    np.testing.assert_array_equal(batch["mask"].numpy(), expected["mask"])
+    # The same tf.image.resize on both paths; float32 pixel values in [0, 255].
+    np.testing.assert_allclose(batch["patches"].numpy(), expected["patches"], atol=1e-3)
+    model = vit_keras.ViT(flexible=True, **TINY, classes=4)
+    together = model.predict({k: v.numpy() for k, v in batch.items()}, verbose=0)
+    for index in range(3):
+        alone = _run(model, {k: v[index:index + 1] for k, v in expected.items()})
+        np.testing.assert_allclose(together[index], alone[0], atol=ALONE_TOLERANCE)
+
+
+def test_tf_data_refuses_an_image_that_does_not_fit_unresized():
+    import tensorflow as tf
+
+    from vit_keras.naflex_data import naflex_example
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="multiples of the patch size 8"):
+        naflex_example(tf.zeros((20, 16, 3)), 8, 16, resize=False)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="more than max_num_patches 4"):
+        naflex_example(tf.zeros((24, 16, 3)), 8, 4, resize=False)
