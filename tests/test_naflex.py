@@ -267,3 +267,57 @@ def test_tf_data_refuses_an_image_that_does_not_fit_unresized():
         naflex_example(tf.zeros((20, 16, 3)), 8, 16, resize=False)
     with pytest.raises(tf.errors.InvalidArgumentError, match="more than max_num_patches 4"):
         naflex_example(tf.zeros((24, 16, 3)), 8, 4, resize=False)
+
+
+# ---- a SavedModel that serves encoded images of any sizes
+
+
+SERVE_WITHOUT_VIT_KERAS = r"""
+import json, sys
+sys.modules["vit_keras"] = None  # the SavedModel must run with TensorFlow alone
+import numpy as np
+import tensorflow as tf
+
+export_dir, first, second = sys.argv[1:]
+serve = tf.saved_model.load(export_dir).signatures["serve_bytes"]
+data = [open(first, "rb").read(), open(second, "rb").read()]
+both = serve(image_bytes=tf.constant(data))["outputs"].numpy()
+alone = [serve(image_bytes=tf.constant([d]))["outputs"].numpy()[0] for d in data]
+print(json.dumps({"both": both.tolist(), "alone": [a.tolist() for a in alone]}))
+"""
+
+
+def test_naflex_saved_model_serves_jpegs_of_different_sizes_without_vit_keras(tmp_path):
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+
+    from vit_keras.export.naflex import naflex_saved_model
+
+    model = vit_keras.ViT(flexible=True, **TINY, classes=5, classifier_activation=None)
+    rng = np.random.default_rng(9)
+    for weight in model.weights:
+        weight.assign(rng.normal(0, 0.2, weight.shape).astype(np.float32))
+    paths, decoded = [], []
+    for index, (height, width) in enumerate(((100, 700), (640, 480))):
+        pixels = rng.integers(0, 256, (height, width, 3)).astype(np.uint8)
+        path = tmp_path / f"image_{index}.jpg"
+        path.write_bytes(tf.io.encode_jpeg(pixels).numpy())
+        paths.append(str(path))
+        decoded.append(tf.io.decode_jpeg(path.read_bytes(), channels=3).numpy())
+    export_dir = naflex_saved_model(model, str(tmp_path / "served"), max_num_patches=48)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", SERVE_WITHOUT_VIT_KERAS, export_dir, *paths], capture_output=True,
+                            text=True, env=env, cwd=str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    served = json.loads(result.stdout.strip().splitlines()[-1])
+    both, alone = np.asarray(served["both"]), np.asarray(served["alone"])
+    np.testing.assert_allclose(both, alone, atol=ALONE_TOLERANCE * max(1.0, np.abs(alone).max()))
+    # The same as the Keras model on the same decoded images, prepared by the NumPy helper (same resize).
+    expected = _run(model, naflex_patches(decoded, 8, 48))
+    np.testing.assert_allclose(both, expected, atol=1e-4 * max(1.0, np.abs(expected).max()))
+    with pytest.raises(ValueError, match="already exists"):
+        naflex_saved_model(model, str(tmp_path / "served"), max_num_patches=48)
+    with pytest.raises(ValueError, match="exports a flexible"):
+        naflex_saved_model(vit_keras.ViT(image_size=32, **TINY), str(tmp_path / "other"), max_num_patches=48)
