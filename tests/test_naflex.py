@@ -314,9 +314,10 @@ def test_naflex_saved_model_serves_jpegs_of_different_sizes_without_vit_keras(tm
     served = json.loads(result.stdout.strip().splitlines()[-1])
     both, alone = np.asarray(served["both"]), np.asarray(served["alone"])
     np.testing.assert_allclose(both, alone, atol=ALONE_TOLERANCE * max(1.0, np.abs(alone).max()))
-    # The same as the Keras model on the same decoded images, prepared by the NumPy helper (same resize).
+    # The same as the Keras model on the same decoded images, prepared by the NumPy helper: the same resize op and
+    # sums, graph against eager kernels (measured 1.5e-7), so the one-image bound holds.
     expected = _run(model, naflex_patches(decoded, 8, 48))
-    np.testing.assert_allclose(both, expected, atol=1e-4 * max(1.0, np.abs(expected).max()))
+    np.testing.assert_allclose(both, expected, atol=ALONE_TOLERANCE * max(1.0, np.abs(expected).max()))
     with pytest.raises(ValueError, match="already exists"):
         naflex_saved_model(model, str(tmp_path / "served"), max_num_patches=48)
     with pytest.raises(ValueError, match="exports a flexible"):
