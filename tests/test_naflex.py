@@ -209,6 +209,13 @@ def test_flexible_inputs_are_checked():
         model({**batch, "grid": np.array([[3, 3]], np.int32)})
     with pytest.raises(ValueError, match=r"image 0: `grid` \(2, 3\) says 6 real patches, but its `mask` marks 7"):
         model({**batch, "mask": (np.arange(8) < 7).astype(np.int32)[None]})
+    # Inside a graph (predict, a SavedModel) the same checks run as graph assertions.
+    import tensorflow as tf
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`mask` does not mark the rows·cols real patches"):
+        model.predict({**batch, "mask": (np.arange(8) < 7).astype(np.int32)[None]}, verbose=0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"more patches than the sequence length N"):
+        model.predict({**batch, "grid": np.array([[3, 3]], np.int32)}, verbose=0)
     with pytest.raises(ValueError, match=r"have 48 values per patch but the model takes 192"):
         check_flexible_inputs(np.zeros((1, 8, 48)), batch["grid"], batch["mask"], features=192)
     with pytest.raises(ValueError, match=r"image 1 is 2x2 = 4 patches, more than max_num_patches 3"):

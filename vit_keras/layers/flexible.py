@@ -78,6 +78,30 @@ def _is_concrete(*tensors) -> bool:
         keras.backend.is_keras_tensor(t) for t in tensors)
 
 
+def _graph_checks(x, grid, mask):
+    """Under TensorFlow, inside a graph (`predict`, `tf.function`, a SavedModel): `x` behind run-time checks of what
+    `check_flexible_inputs` refuses eagerly, failing with an `InvalidArgument` that says which."""
+    if keras.backend.backend() != "tensorflow":
+        return x
+    import tensorflow as tf
+
+    length = tf.shape(mask)[1]
+    count = grid[:, 0] * grid[:, 1]
+    real = tf.cast(tf.range(length)[None, :] < count[:, None], tf.int32)
+    checks = [
+        tf.debugging.assert_positive(grid, message="NaFlex: every image `grid` needs at least one patch row and "
+                                     "column"),
+        tf.debugging.assert_less_equal(count, length, message="NaFlex: the rows·cols of an image `grid` are more "
+                                       "patches than the sequence length N of `patches`; resize the image to at most "
+                                       "N patches"),
+        tf.debugging.assert_equal(tf.cast(mask != 0, tf.int32), real, message="NaFlex: an image `mask` does not mark "
+                                  "the rows·cols real patches of its `grid` first, then the padding; build the mask "
+                                  "from the grid"),
+    ]
+    with tf.control_dependencies(checks):
+        return tf.identity(x)
+
+
 def _sincos_2d_tokens(rows, cols, hidden_size: int, temperature: float = 10_000.0):
     """`sincos_2d_position_embeddings` at each token's (row, col): `(batch, N, D)`."""
     quarter = hidden_size // 4
@@ -122,11 +146,14 @@ class FlexiblePatchEncoder(PatchEncoder):
 
     def call(self, inputs, training=None):
         patches, grid, mask = inputs
-        if _is_concrete(patches, grid, mask):
+        concrete = _is_concrete(patches, grid, mask)
+        if concrete:
             check_flexible_inputs(keras.ops.convert_to_numpy(patches), keras.ops.convert_to_numpy(grid),
                                   keras.ops.convert_to_numpy(mask), features=int(self.embedding.kernel.shape[0]))
         x = self.embedding(patches)
         grid = ops.cast(grid, "int32")
+        if not concrete:
+            x = _graph_checks(x, grid, mask)
         length = ops.shape(x)[1]
         index = ops.arange(length, dtype="int32")[None, :]
         cols = ops.maximum(grid[:, 1:], 1)
