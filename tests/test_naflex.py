@@ -329,3 +329,24 @@ def test_naflex_saved_model_serves_jpegs_of_different_sizes_without_vit_keras(tm
         naflex_saved_model(model, str(tmp_path / "served"), max_num_patches=48)
     with pytest.raises(ValueError, match="exports a flexible"):
         naflex_saved_model(vit_keras.ViT(image_size=32, **TINY), str(tmp_path / "other"), max_num_patches=48)
+
+
+def test_a_flexible_model_trains_with_keras_fit_on_a_naflex_dataset():
+    import tensorflow as tf
+
+    from vit_keras.naflex_data import naflex_map
+
+    rng = np.random.default_rng(6)
+    images = [rng.integers(0, 256, shape).astype(np.uint8) for shape in ((40, 90, 3), (64, 30, 3), (33, 33, 3))] * 2
+    dataset = tf.data.Dataset.from_generator(lambda: iter(images),
+                                             output_signature=tf.TensorSpec((None, None, 3), tf.uint8))
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(images)))
+    labels = tf.data.Dataset.from_tensor_slices(np.eye(3, dtype=np.float32)[[0, 1, 2, 0, 1, 2]])
+    train = tf.data.Dataset.zip(dataset, labels).map(naflex_map(8, 20)).batch(3)
+    model = vit_keras.ViT(flexible=True, **TINY, classes=3, classifier_activation=None)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+    before = [w.numpy().copy() for w in model.trainable_weights]
+    history = model.fit(train, epochs=2, verbose=0)
+    assert all(np.isfinite(history.history["loss"]))
+    changed = [not np.array_equal(a, w.numpy()) for a, w in zip(before, model.trainable_weights)]
+    assert all(changed), [w.path for w, c in zip(model.trainable_weights, changed) if not c]

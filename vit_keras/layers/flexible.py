@@ -73,9 +73,15 @@ def check_flexible_inputs(patches, grid, mask, *, features: int | None = None) -
                              "then the padding); build the mask from the grid.")
 
 
-def _is_concrete(*tensors) -> bool:
-    return all(isinstance(t, np.ndarray) or hasattr(t, "numpy") for t in tensors) and not any(
-        keras.backend.is_keras_tensor(t) for t in tensors)
+def _concrete_values(*tensors):
+    """The NumPy values of `tensors` when they have them (an eager call on any backend), else None (a graph being
+    traced: TensorFlow's `tf.function`, a JAX trace, a Keras functional build)."""
+    if any(keras.backend.is_keras_tensor(t) for t in tensors):
+        return None
+    try:
+        return [keras.ops.convert_to_numpy(t) for t in tensors]
+    except (TypeError, ValueError, NotImplementedError, AttributeError):
+        return None
 
 
 def _graph_checks(x, grid, mask):
@@ -146,13 +152,12 @@ class FlexiblePatchEncoder(PatchEncoder):
 
     def call(self, inputs, training=None):
         patches, grid, mask = inputs
-        concrete = _is_concrete(patches, grid, mask)
-        if concrete:
-            check_flexible_inputs(keras.ops.convert_to_numpy(patches), keras.ops.convert_to_numpy(grid),
-                                  keras.ops.convert_to_numpy(mask), features=int(self.embedding.kernel.shape[0]))
+        values = _concrete_values(patches, grid, mask)
+        if values is not None:
+            check_flexible_inputs(*values, features=int(self.embedding.kernel.shape[0]))
         x = self.embedding(patches)
         grid = ops.cast(grid, "int32")
-        if not concrete:
+        if values is None:
             x = _graph_checks(x, grid, mask)
         length = ops.shape(x)[1]
         index = ops.arange(length, dtype="int32")[None, :]
