@@ -96,6 +96,7 @@ def test_patchify_order_and_refusals():
 # ---- the reference fixtures
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("case", CASES)
 def test_fixture_through_from_pretrained_and_keras_round_trip(case, tmp_path):
     checkpoint, meta, x, expected = _case(case)
@@ -108,6 +109,7 @@ def test_fixture_through_from_pretrained_and_keras_round_trip(case, tmp_path):
     np.testing.assert_array_equal(_run(reloaded, x), out)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("case", CASES)
 def test_fixture_through_the_flexible_model(case, tmp_path):
     """The same images as patches (every patch real), then padded beside an image of another shape."""
@@ -142,6 +144,7 @@ def _siglip2(tmp_path):
     return reference, str(tmp_path / "siglip2")
 
 
+@pytest.mark.numerics
 def test_siglip2_parity_on_a_padded_batch_of_three_shapes(tmp_path):
     reference, directory = _siglip2(tmp_path)
     rng = np.random.default_rng(11)
@@ -181,6 +184,7 @@ def test_padding_values_do_not_reach_real_tokens(tmp_path):
 TINY = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("pool,interpolation", [("token", "bicubic"), ("avg", "linear"), ("map", "bicubic_antialias")])
 def test_flexible_model_equals_the_any_size_image_model(pool, interpolation):
     """A flexible model and a model of any image size, same weights: equal on each image (the position grid resized
@@ -209,13 +213,6 @@ def test_flexible_inputs_are_checked():
         model({**batch, "grid": np.array([[3, 3]], np.int32)})
     with pytest.raises(ValueError, match=r"image 0: `grid` \(2, 3\) says 6 real patches, but its `mask` marks 7"):
         model({**batch, "mask": (np.arange(8) < 7).astype(np.int32)[None]})
-    # Inside a graph (predict, a SavedModel) the same checks run as graph assertions.
-    import tensorflow as tf
-
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`mask` does not mark the rows·cols real patches"):
-        model.predict({**batch, "mask": (np.arange(8) < 7).astype(np.int32)[None]}, verbose=0)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"more patches than the sequence length N"):
-        model.predict({**batch, "grid": np.array([[3, 3]], np.int32)}, verbose=0)
     with pytest.raises(ValueError, match=r"have 48 values per patch but the model takes 192"):
         check_flexible_inputs(np.zeros((1, 8, 48)), batch["grid"], batch["mask"], features=192)
     with pytest.raises(ValueError, match=r"image 1 is 2x2 = 4 patches, more than max_num_patches 3"):
@@ -224,9 +221,23 @@ def test_flexible_inputs_are_checked():
         vit_keras.ViT(image_size=32, flexible=True, **TINY)
 
 
+@pytest.mark.tf_only
+def test_flexible_inputs_are_checked_inside_a_graph():
+    """In predict (a tf.function) and a SavedModel the same checks run as graph assertions."""
+    import tensorflow as tf
+
+    model = vit_keras.ViT(flexible=True, **TINY, classes=3, include_preprocessing=False)
+    batch = naflex_patches([np.zeros((16, 24, 3), np.float32)], 8, 8, resize=False)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`mask` does not mark the rows·cols real patches"):
+        model.predict({**batch, "mask": (np.arange(8) < 7).astype(np.int32)[None]}, verbose=0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"more patches than the sequence length N"):
+        model.predict({**batch, "grid": np.array([[3, 3]], np.int32)}, verbose=0)
+
+
 # ---- the tf.data pipeline
 
 
+@pytest.mark.tf_only
 def test_naflex_size_in_the_graph_equals_naflex_size():
     import tensorflow as tf
 
@@ -241,6 +252,7 @@ def test_naflex_size_in_the_graph_equals_naflex_size():
                                                                                                      16, 256)
 
 
+@pytest.mark.tf_only
 def test_tf_data_batches_images_of_mixed_sizes_as_naflex_patches():
     import tensorflow as tf
 
@@ -265,6 +277,7 @@ def test_tf_data_batches_images_of_mixed_sizes_as_naflex_patches():
         np.testing.assert_allclose(together[index], alone[0], atol=ALONE_TOLERANCE)
 
 
+@pytest.mark.tf_only
 def test_tf_data_refuses_an_image_that_does_not_fit_unresized():
     import tensorflow as tf
 
@@ -294,6 +307,8 @@ print(json.dumps({"both": both.tolist(), "alone": [a.tolist() for a in alone]}))
 """
 
 
+@pytest.mark.slow
+@pytest.mark.tf_only
 def test_naflex_saved_model_serves_jpegs_of_different_sizes_without_vit_keras(tmp_path):
     import subprocess
     import sys
@@ -331,6 +346,7 @@ def test_naflex_saved_model_serves_jpegs_of_different_sizes_without_vit_keras(tm
         naflex_saved_model(vit_keras.ViT(image_size=32, **TINY), str(tmp_path / "other"), max_num_patches=48)
 
 
+@pytest.mark.tf_only
 def test_a_flexible_model_trains_with_keras_fit_on_a_naflex_dataset():
     import tensorflow as tf
 
