@@ -72,7 +72,7 @@ class ResNetConfig:
 ACTIVATIONS = ("gelu_tanh", "gelu", "quick_gelu")
 POOLS = ("token", "avg", "map")
 POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "none")
-POS_INTERPOLATIONS = ("linear", "bicubic", "bicubic_antialias")
+POS_INTERPOLATIONS = ("linear", "bicubic", "bicubic_antialias", "bilinear_antialias")
 # The block's parts (`vit_keras.layers`): its MLP, its norms, and a 2-D RoPE layout on q and k.
 MLPS = ("gelu", "swiglu", "swiglu_packed")
 NORMS = ("layernorm", "rmsnorm")

@@ -268,3 +268,93 @@ def read_image(path, size, max_pixels: int | None = None):
         raise ValueError(f"{path!r} could not be decoded as a {kind} image ({reason}); it may be truncated or "
                          f"corrupt. Accepted image formats: {', '.join(ACCEPTED_FORMATS)}.") from None
     return tf.image.resize(tf.cast(image, tf.float32), size).numpy()
+
+
+def patchify(image, patch_size: int, name: str = "the image"):
+    """Cut an (H, W, C) image whose sides are multiples of `patch_size` into `(rows · cols, P·P·C)` patches, each
+    flattened in (row, column, channel) order, row-major over the grid (transformers' `convert_image_to_patches`,
+    timm's `batch_patchify`); returns `(patches, (rows, cols))`.
+
+    Example:
+        >>> import numpy as np
+        >>> patches, grid = patchify(np.zeros((24, 40, 3)), 8)
+        >>> patches.shape, grid
+        ((15, 192), (3, 5))
+    """
+    import numpy as np
+
+    image = np.asarray(image)
+    if image.ndim != 3:
+        raise ValueError(f"{name}: expected an (height, width, channels) image, got shape {image.shape}.")
+    height, width, channels = image.shape
+    if height < patch_size or width < patch_size:
+        raise ValueError(f"{name} is {height}x{width}, smaller than one {patch_size}x{patch_size} patch; resize it "
+                         "first (vit_keras.preprocessing.naflex_size gives at least one patch per side).")
+    if height % patch_size or width % patch_size:
+        raise ValueError(f"{name} is {height}x{width}, not a multiple of the patch size {patch_size} on each side; "
+                         "resize it to vit_keras.preprocessing.naflex_size's size first.")
+    rows, cols = height // patch_size, width // patch_size
+    patches = image.reshape(rows, patch_size, cols, patch_size, channels).transpose(0, 2, 1, 3, 4)
+    return patches.reshape(rows * cols, patch_size * patch_size * channels), (rows, cols)
+
+
+def naflex_resize(image, patch_size: int, max_num_patches: int):
+    """Resize an (H, W, C) image (NumPy array or tensor) to `vit_keras.preprocessing.naflex_size`'s size with
+    bilinear, antialiased `tf.image.resize` (what the SigLIP 2 processors do with PIL's or torchvision's bilinear);
+    a float32 NumPy array.
+
+    Example:
+        >>> import numpy as np
+        >>> naflex_resize(np.zeros((100, 700, 3)), 16, 256).shape
+        (96, 672, 3)
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from vit_keras.preprocessing import naflex_size
+
+    image = np.asarray(image, np.float32)
+    if image.ndim != 3:
+        raise ValueError(f"Expected an (height, width, channels) image, got shape {image.shape}.")
+    size = naflex_size(image.shape[0], image.shape[1], patch_size, max_num_patches)
+    if size == image.shape[:2]:
+        return image
+    return tf.image.resize(image, size, method="bilinear", antialias=True).numpy()
+
+
+def naflex_patches(images, patch_size: int, max_num_patches: int, resize: bool = True) -> dict:
+    """A NaFlex batch from images of any sizes: each (H, W, C) image resized to `naflex_size` (`resize=False`: taken
+    as it is, its sides multiples of `patch_size`), cut into patches (`patchify`) and padded to `max_num_patches`.
+    Returns the dict a flexible model takes: `patches` (batch, N, P·P·C) float32, `grid` (batch, 2) int32, `mask`
+    (batch, N) int32.
+
+    Example:
+        >>> import numpy as np
+        >>> batch = naflex_patches([np.zeros((100, 700, 3)), np.zeros((64, 48, 3))], 16, 64)
+        >>> batch["patches"].shape, batch["grid"].tolist()
+        ((2, 64, 768), [[3, 21], [9, 7]])
+    """
+    import numpy as np
+
+    from vit_keras.configs import check_positive_int
+
+    check_positive_int("max_num_patches", max_num_patches)
+    check_positive_int("patch_size", patch_size)
+    patches, grids, masks = [], [], []
+    for index, image in enumerate(images):
+        name = f"image {index}"
+        if resize:
+            image = naflex_resize(image, patch_size, max_num_patches)
+        cut, grid = patchify(np.asarray(image, np.float32), patch_size, name)
+        if len(cut) > max_num_patches:
+            raise ValueError(f"{name} is {grid[0]}x{grid[1]} = {len(cut)} patches, more than max_num_patches "
+                             f"{max_num_patches}; resize it (resize=True) or raise max_num_patches.")
+        padded = np.zeros((max_num_patches, cut.shape[1]), np.float32)
+        padded[: len(cut)] = cut
+        patches.append(padded)
+        grids.append(grid)
+        masks.append(np.arange(max_num_patches) < len(cut))
+    if not patches:
+        raise ValueError("`images` is empty; pass at least one image.")
+    return {"patches": np.stack(patches), "grid": np.asarray(grids, np.int32),
+            "mask": np.stack(masks).astype(np.int32)}

@@ -22,6 +22,7 @@ from vit_keras.configs import (
 )
 from vit_keras.layers import ImageSizeCheck, MAPHead, PatchEncoder, Patches, ResNetStem, TokenPooling, TransformerBlock
 from vit_keras.layers.dtypes import check_model_dtype, policy_for
+from vit_keras.layers.flexible import FlexiblePatchEncoder, TokenMask, flexible_inputs
 from vit_keras.layers.norms import norm_layer
 from vit_keras.layers.pooling import POOLINGS
 from vit_keras.layers.rope import RotaryEmbedding2D
@@ -236,6 +237,7 @@ def build_vit(
     input_size=None,
     dtype=None,
     head_tokens_only: bool = False,
+    flexible: bool = False,
 ):
     """The one builder: a Keras functional model of the architecture `config` describes.
 
@@ -251,6 +253,9 @@ def build_vit(
 
     `head_tokens_only=True` (see `ViT`) runs the last block for the class (and distillation) token only.
 
+    `flexible=True` (see `ViT`) gives a native-aspect-ratio ("NaFlex") model whose input is a dict of `patches`,
+    `grid` and `mask` (`vit_keras.layers.flexible`).
+
     Example:
         >>> model = build_vit(VARIANTS["Ti/16"].replace(image_size=32), classes=10)
         >>> model.output_shape
@@ -261,39 +266,13 @@ def build_vit(
     _check_head_options(include_top, pooling, classes, classifier_activation, config)
     head_tokens = _head_tokens(config, include_top, pooling) if head_tokens_only else None
     dtype = check_model_dtype(dtype)
-    height, width = (None, None) if config.dynamic else config.image_size
-    if input_tensor is None:
-        inputs = keras.Input(shape=(*(input_size or (height, width)), channels), name=INPUT_NAME)
-        x = inputs
+    token_mask = rope = None
+    if flexible:
+        inputs, x, token_mask = _flexible_stem(config, input_tensor, input_size, channels, include_preprocessing,
+                                               normalization, dtype)
     else:
-        inputs = keras.utils.get_source_inputs(input_tensor)
-        x = input_tensor
-    if include_preprocessing:
-        x = _preprocessing_layer(normalization, channels, dtype)(x)
-    if config.resnet is not None:
-        if config.dynamic:
-            # The stem's SAME padding would round an odd size up; the whole stride must divide the image.
-            x = ImageSizeCheck(config.stride, f"the hybrid's total stride {config.stride} (ResNet stem stride x "
-                               f"patch_size)", name="image_size_check")(x)
-        x = ResNetStem(config.resnet.num_layers, config.resnet.width_factor, dtype=dtype, name="resnet")(x)
-    x = Patches(config.patch_size, flatten=not config.dynamic, dtype=policy_for(dtype, "patches"), name="patches")(x)
-    rope = _rope_tables(config, x)
-    x = PatchEncoder(
-        config.hidden_size,
-        config.grid_size,
-        classifier="token" if config.class_token else "gap",
-        position_embedding=config.position_embedding,
-        dropout_rate=config.dropout_rate,
-        patch_size=config.patch_size,
-        distilled=config.distilled,
-        num_register_tokens=config.num_register_tokens,
-        no_embed_class=config.no_embed_class,
-        patch_bias=config.patch_bias,
-        architecture=config.to_dict(),
-        pos_interpolation=config.pos_interpolation,
-        dtype=dtype,
-        name="patch_encoder",
-    )(x)
+        inputs, x, rope = _image_stem(config, input_tensor, input_size, channels, include_preprocessing,
+                                      normalization, dtype)
 
     def norm(name):
         return norm_layer(config.norm, config.layer_norm_epsilon, dtype=policy_for(dtype, name), name=name)
@@ -319,23 +298,25 @@ def build_vit(
             query_tokens=head_tokens if i == config.num_layers - 1 else None,
             dtype=dtype,
             name=f"Transformer_encoderblock_{i}",
-        )(x, **({} if rope is None else {"rope": rope[i] if isinstance(rope, list) else rope}))
+        )(x, **({} if token_mask is None else {"token_mask": token_mask}),
+          **({} if rope is None else {"rope": rope[i] if isinstance(rope, list) else rope}))
     if not config.fc_norm:
         x = norm(name="encoder_norm")(x)
 
     if include_top:
         pooling = config.global_pool
+    masked = {} if token_mask is None else {"token_mask": token_mask}
     if pooling is not None:
         if pooling == "map":
             x = MAPHead(config.num_heads, config.mlp_dim, layer_norm_epsilon=config.layer_norm_epsilon,
-                        activation=config.activation, dtype=dtype, name="MAPHead_0")(x)
+                        activation=config.activation, dtype=dtype, name="MAPHead_0")(x, **masked)
         elif pooling == "token" and config.distilled and not include_top:
             x = TokenPooling("distilled", num_prefix_tokens=config.num_prefix_tokens,
                              dtype=policy_for(dtype, "pool"), name="pool")(x)
         else:
             tokens = x
             x = TokenPooling(pooling, num_prefix_tokens=config.num_prefix_tokens, dtype=policy_for(dtype, "pool"),
-                             name="pool")(tokens)
+                             name="pool")(tokens, **masked)
         if config.fc_norm:
             x = norm(name="fc_norm")(x)
         if config.representation_size is not None:
@@ -361,6 +342,76 @@ def build_vit(
     return VisionTransformer(inputs, x, name=name or "vit")
 
 
+def _encoder_arguments(config: ViTConfig, dtype) -> dict:
+    """The `patch_encoder` layer's arguments (`PatchEncoder`, or `FlexiblePatchEncoder` for a NaFlex model)."""
+    return dict(
+        hidden_size=config.hidden_size,
+        grid_size=config.grid_size,
+        classifier="token" if config.class_token else "gap",
+        position_embedding=config.position_embedding,
+        dropout_rate=config.dropout_rate,
+        patch_size=config.patch_size,
+        distilled=config.distilled,
+        num_register_tokens=config.num_register_tokens,
+        no_embed_class=config.no_embed_class,
+        patch_bias=config.patch_bias,
+        architecture=config.to_dict(),
+        pos_interpolation=config.pos_interpolation,
+        dtype=dtype,
+        name="patch_encoder",
+    )
+
+
+def _image_stem(config: ViTConfig, input_tensor, input_size, channels, include_preprocessing, normalization, dtype):
+    """An image model's input, its embedded tokens (normalisation, the hybrid's ResNet stem, patches, encoder) and
+    the RoPE tables of its patch grid (None without RoPE)."""
+    height, width = (None, None) if config.dynamic else config.image_size
+    if input_tensor is None:
+        inputs = keras.Input(shape=(*(input_size or (height, width)), channels), name=INPUT_NAME)
+        x = inputs
+    else:
+        inputs = keras.utils.get_source_inputs(input_tensor)
+        x = input_tensor
+    if include_preprocessing:
+        x = _preprocessing_layer(normalization, channels, dtype)(x)
+    if config.resnet is not None:
+        if config.dynamic:
+            # The stem's SAME padding would round an odd size up; the whole stride must divide the image.
+            x = ImageSizeCheck(config.stride, f"the hybrid's total stride {config.stride} (ResNet stem stride x "
+                               f"patch_size)", name="image_size_check")(x)
+        x = ResNetStem(config.resnet.num_layers, config.resnet.width_factor, dtype=dtype, name="resnet")(x)
+    x = Patches(config.patch_size, flatten=not config.dynamic, dtype=policy_for(dtype, "patches"), name="patches")(x)
+    rope = _rope_tables(config, x)
+    x = PatchEncoder(**_encoder_arguments(config, dtype))(x)
+    return inputs, x, rope
+
+
+def _flexible_stem(config: ViTConfig, input_tensor, input_size, channels, include_preprocessing, normalization,
+                   dtype):
+    """A NaFlex model's inputs (`patches`, `grid`, `mask`), its embedded tokens and their validity (`TokenMask`)."""
+    if input_tensor is not None or input_size is not None:
+        raise ValueError("A flexible (NaFlex) model takes a dict of `patches`, `grid` and `mask`, not images: drop "
+                         "`input_tensor`, `input_shape` and `image_size`.")
+    if config.rope is not None:
+        # Each image of a NaFlex batch has its own grid, so its own RoPE tables: not built yet.
+        raise ValueError(f"flexible=True is not available for RoPE models (rope={config.rope!r}) yet; build the "
+                         "model with image_size=None for any size, one size per batch.")
+    if config.resnet is not None:
+        raise ValueError("flexible=True cuts the images into patches outside the model; a hybrid's ResNet stem needs "
+                         "whole images. Use a plain ViT, or flexible=False.")
+    inputs = flexible_inputs(config.patch_size * config.patch_size * channels)
+    patches = inputs["patches"]
+    if include_preprocessing:
+        # Each patch holds P·P pixels of `channels` values, (row, column, channel) order: the per-channel
+        # normalisation repeats along the flattened patch.
+        mean, std = check_normalization(normalization) or ((0.5,) * channels, (0.5,) * channels)
+        repeat = config.patch_size * config.patch_size
+        patches = _preprocessing_layer((tuple(mean) * repeat, tuple(std) * repeat), len(mean) * repeat, dtype)(patches)
+    x = FlexiblePatchEncoder(**_encoder_arguments(config, dtype))([patches, inputs["grid"], inputs["mask"]])
+    token_mask = TokenMask(config.num_prefix_tokens, name="token_mask")(inputs["mask"])
+    return inputs, x, token_mask
+
+
 def ViT(
     image_size=DEFAULT_SIZE,
     *,
@@ -377,6 +428,7 @@ def ViT(
     source_grid=None,
     dtype=None,
     head_tokens_only=False,
+    flexible=False,
     **architecture,
 ):
     """Build a Vision Transformer (Dosovitskiy et al., 2020) as a Keras functional model.
@@ -437,6 +489,11 @@ def ViT(
             about 7% fewer FLOPs for ViT-B/16 at 224, in inference and training; the last block's layer output is
             then `(batch, 1, D)` instead of every token, so leave it off to read patch features or attention maps of
             the last block. Needs `classifier="token"` with the head, or `pooling="token"` without it.
+        flexible: a native-aspect-ratio ("NaFlex", SigLIP 2) model: its input is a dict of `patches` (batch, N,
+            P·P·C), `grid` (batch, 2) int32 and `mask` (batch, N) for a batch of images of different sizes, each cut
+            into its own grid of patches and padded (`vit_keras.images.naflex_patches`,
+            `vit_keras.data.naflex_map`); the position embeddings are stored at `pos_grid` and resized to each
+            image's grid with `pos_interpolation`, and the padding is masked out of attention and pooling.
         **architecture: the fields of `vit_keras.configs.ViTConfig` (`ViT(**kw)` builds `ViTConfig(**kw)`;
             `vit_keras.configs.config_fields()` lists them), e.g. `layer_scale`, `num_register_tokens`,
             `no_embed_class`, `pre_norm`, `fc_norm`, `distilled`, `qkv_bias`, `patch_bias`, `global_pool`,
@@ -468,7 +525,8 @@ def ViT(
             f"ViT() got unknown arguments {unknown}. The architecture arguments are the ViTConfig fields "
             f"{sorted(set(config_fields()) - {'image_size'})} (and the older names `classifier`, `gelu_approximate`); "
             "the model arguments are include_top, include_preprocessing, weights, input_shape, input_tensor, "
-            "pooling, classes, classifier_activation, name, interpolation, source_grid, dtype, head_tokens_only."
+            "pooling, classes, classifier_activation, name, interpolation, source_grid, dtype, head_tokens_only, "
+            "flexible."
         )
     interpolation = weights_lib.check_interpolation(interpolation)
     source_grid = weights_lib.check_source_grid(source_grid)
@@ -477,7 +535,11 @@ def ViT(
                          "with `weights=`, or drop it.")
     if input_tensor is not None and not keras.backend.is_keras_tensor(input_tensor):
         raise ValueError("`input_tensor` must be a Keras tensor, e.g. the output of `keras.Input(...)`.")
-    height, width, channels = _resolve_input_shape(image_size, input_shape, input_tensor)
+    if flexible and (input_shape is not None or input_tensor is not None or image_size is not DEFAULT_SIZE):
+        raise ValueError("A flexible (NaFlex) model takes a dict of `patches`, `grid` and `mask`, not images of one "
+                         "size: drop `image_size`, `input_shape` and `input_tensor` (pos_grid= sets the stored "
+                         "position grid).")
+    height, width, channels = _resolve_input_shape(None if flexible else image_size, input_shape, input_tensor)
     any_size = height is None or width is None
     if not any_size and (architecture.get("pos_grid") is not None or architecture.get("pos_interpolation") is not None):
         raise ValueError("`pos_grid` and `pos_interpolation` describe the position embeddings of a model that takes "
@@ -496,8 +558,9 @@ def ViT(
     return build_from_checkpoint(
         info, overrides, interpolation=interpolation, source_grid=source_grid, include_top=include_top, pooling=pooling,
         classes=classes, classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
-        input_tensor=input_tensor, channels=channels, name=name, input_size=(height, width) if any_size else None,
-        dtype=dtype, head_tokens_only=head_tokens_only, headless_representation=False,
+        input_tensor=input_tensor, channels=channels, name=name,
+        input_size=(height, width) if any_size and not flexible else None,
+        dtype=dtype, head_tokens_only=head_tokens_only, headless_representation=False, flexible=flexible,
     )
 
 
@@ -585,13 +648,13 @@ def _checkpoint_fields(info, overrides: dict, source_grid) -> dict:
 def build_from_checkpoint(info, overrides: dict, *, interpolation=None, source_grid=None, include_top=True,
                           pooling=None, classes=None, classifier_activation="softmax", include_preprocessing=True,
                           input_tensor=None, channels=3, name=None, input_size=None, dtype=None,
-                          head_tokens_only=False, headless_representation=True):
+                          head_tokens_only=False, headless_representation=True, flexible=False):
     """The factory behind `ViT(weights=)`, `from_pretrained` and `vit-keras convert`: resolve the config
     (`resolve_config`: the checkpoint's fields, the caller's `overrides` winning), build it (`build_vit`) and
     assign the checkpoint's parameters (`vit_keras.weights.load_into`).
 
     `info` is what `vit_keras.weights.describe` returns (None: random weights); `classes=None` is the checkpoint's;
-    `headless_representation`: see `resolve_config`.
+    `headless_representation`: see `resolve_config`; `flexible`: a NaFlex model (see `ViT`).
 
     Example:
         >>> model = build_from_checkpoint(None, {"patch_size": 8, "hidden_size": 48, "num_heads": 3,
@@ -618,7 +681,7 @@ def build_from_checkpoint(info, overrides: dict, *, interpolation=None, source_g
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
         normalization=None if info is None else check_normalization(info.normalization, source=info.path),
         input_tensor=input_tensor, channels=channels, name=name, input_size=input_size, dtype=dtype,
-        head_tokens_only=head_tokens_only,
+        head_tokens_only=head_tokens_only, flexible=flexible,
     )
     if info is not None:
         weights_lib.load_into(model, info, interpolation=interpolation, source_grid=source_grid)

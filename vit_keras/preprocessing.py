@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import keras
 import numpy as np
 
@@ -66,3 +69,43 @@ def preprocess_input(images, include_preprocessing=True, data_format=None):
     if include_preprocessing:
         return images
     return images / np.float32(127.5) - np.float32(1.0)
+
+
+def _check_size_argument(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    return int(value)
+
+
+def _scaled_side(scale: float, size: int, patch_size: int) -> int:
+    # transformers' get_scaled_image_size: round up to whole patches, at least one patch.
+    return int(max(patch_size, math.ceil(size * scale / patch_size) * patch_size))
+
+
+def naflex_size(height, width, patch_size, max_num_patches, eps: float = 1e-5) -> tuple[int, int]:
+    """The size SigLIP 2 NaFlex resizes an image of `height` x `width` to: the aspect ratio kept as far as whole
+    patches allow, both sides multiples of `patch_size` (at least one patch each), at most `max_num_patches`
+    patches. Exactly transformers' `Siglip2ImageProcessor` (`get_image_size_for_max_num_patches`: a bisection
+    over the scale, `eps` its stopping width), so that images are cut into the same patches; images smaller than a
+    patch are scaled up to one, as there.
+
+    Example:
+        >>> naflex_size(480, 640, patch_size=16, max_num_patches=256)
+        (224, 288)
+        >>> naflex_size(100, 700, 16, 256)
+        (96, 672)
+    """
+    for name, value in (("height", height), ("width", width), ("patch_size", patch_size),
+                        ("max_num_patches", max_num_patches)):
+        _check_size_argument(name, value)
+    height, width, patch_size, max_num_patches = int(height), int(width), int(patch_size), int(max_num_patches)
+    scale_min, scale_max = eps / 10, 100.0
+    while (scale_max - scale_min) >= eps:
+        scale = (scale_min + scale_max) / 2
+        rows = _scaled_side(scale, height, patch_size) / patch_size
+        cols = _scaled_side(scale, width, patch_size) / patch_size
+        if rows * cols <= max_num_patches:
+            scale_min = scale
+        else:
+            scale_max = scale
+    return _scaled_side(scale_min, height, patch_size), _scaled_side(scale_min, width, patch_size)

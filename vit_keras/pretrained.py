@@ -40,6 +40,7 @@ def from_pretrained(
     head_tokens_only=False,
     revision=None,
     token=None,
+    flexible=False,
 ):
     """Build the model a checkpoint describes and load it, exactly as its own library computes it.
 
@@ -61,11 +62,16 @@ def from_pretrained(
     position embeddings stay at the checkpoint's grid and are resampled at each call with the same interpolation
     (`image_size` then only says the grid they are stored at). `head_tokens_only=True`: the last block runs for
     the class (and distillation) token only, the same outputs for less work (see `vit_keras.ViT`).
+    NaFlex checkpoints (transformers `Siglip2VisionModel`, timm `naflexvit_*`) have no fixed size: without
+    `image_size` they give a model of any image size. `flexible=True`: a native-aspect-ratio model whose input is a
+    dict of `patches`, `grid` and `mask` (a batch of images of different sizes, see `vit_keras.ViT`), the position
+    embeddings resized to each image's grid with the checkpoint library's own interpolation.
 
     Example:
         >>> model = from_pretrained("timm-vit-dir", image_size=448, classifier_activation=None)  # doctest: +SKIP
         >>> model = from_pretrained("B/16:imagenet21k+imagenet2012")  # doctest: +SKIP
         >>> model = from_pretrained("timm-vit-dir", any_image_size=True)  # doctest: +SKIP
+        >>> model = from_pretrained("siglip2-naflex-dir", flexible=True, include_top=False)  # doctest: +SKIP
     """
     if interpolation is not None:
         check_interpolation(interpolation)
@@ -87,12 +93,14 @@ def from_pretrained(
                                             if k not in ("dropout_rate", "attention_dropout_rate")}
     if image_size is not None:
         overrides["image_size"] = check_hw("image_size", image_size)
-    if any_image_size:
+    if flexible and image_size is not None:
+        raise ValueError("A flexible (NaFlex) model takes images of any size as patches; drop `image_size`.")
+    if flexible or any_image_size or (info.native_aspect and image_size is None):
         if image_size is not None:  # the grid the position embeddings are resampled to once, then stored at
             overrides["pos_grid"] = resolve_config(info, overrides, interpolation=interpolation).grid_size
         overrides["image_size"] = None
     return build_from_checkpoint(
         info, overrides, interpolation=interpolation, include_top=include_top, pooling=pooling, classes=classes,
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
-        input_tensor=input_tensor, name=name, head_tokens_only=head_tokens_only,
+        input_tensor=input_tensor, name=name, head_tokens_only=head_tokens_only, flexible=flexible,
     )

@@ -7,6 +7,7 @@ Example:
 
 from vit_keras.layers.checkpoint import CheckpointVariable, checkpoint_variables
 from vit_keras.layers.encoder import PatchEncoder, sincos_2d_position_embeddings
+from vit_keras.layers.flexible import FlexiblePatchEncoder, TokenMask
 from vit_keras.layers.norms import RMSNorm
 from vit_keras.layers.patches import ImageSizeCheck, Patches
 from vit_keras.layers.pooling import MAPHead, TokenPooling
@@ -18,6 +19,7 @@ from vit_keras.layers.transformer import LayerScale, MlpBlock, RotaryAttention, 
 __all__ = [
     "BottleneckUnit",
     "CheckpointVariable",
+    "FlexiblePatchEncoder",
     "ImageSizeCheck",
     "LayerScale",
     "MAPHead",
@@ -30,6 +32,7 @@ __all__ = [
     "RotaryEmbedding2D",
     "StdConv2D",
     "SwiGLUBlock",
+    "TokenMask",
     "TokenPooling",
     "TransformerBlock",
     "apply_rope",

@@ -10,6 +10,9 @@ float32 rounding, on every Keras backend and under XLA:
   points and clamped borders.
 - `"bicubic_antialias"`: timm's `resample_abs_pos_embed`, torch bicubic with `antialias=True` (Keys a = −0.5, the
   kernel stretched when downsampling, weights renormalised at the borders).
+- `"bilinear_antialias"`: SigLIP 2 NaFlex (transformers `Siglip2VisionEmbeddings`, timm `naflexvit_*_siglip`), torch
+  bilinear with `antialias=True` and half-pixel sample points (the triangle kernel stretched when downsampling,
+  renormalised at the borders).
 
 The matrices are written once, over a small set of array operations, and built either as graph ops (float32) or
 in NumPy float64 (`numpy_interpolation_matrix`, the load-time path), so the two paths share their maths.
@@ -65,7 +68,8 @@ def check_grid_interpolation(mode) -> str:
     if mode not in GRID_INTERPOLATIONS:
         raise ValueError(
             f"The position-embedding interpolation must be one of {GRID_INTERPOLATIONS} ('linear': vit_jax, "
-            f"'bicubic': transformers, 'bicubic_antialias': timm), got {mode!r}."
+            f"'bicubic': transformers, 'bicubic_antialias': timm, 'bilinear_antialias': SigLIP 2 NaFlex), got "
+            f"{mode!r}."
         )
     return mode
 
@@ -130,25 +134,24 @@ class _NumPyOps:
     floor, abs, clip, where, maximum, sum = np.floor, np.abs, np.clip, np.where, np.maximum, np.sum
 
 
-def _linear_matrix(in_size: int, out_size, xp):
+def _linear_weights(in_size: int, index, out_size, xp):
     # scipy.ndimage.zoom(order=1, grid_mode=False): output i samples input i·(in − 1)/(out − 1) (0 if out == 1).
-    out_float = xp.size(out_size)
-    step = xp.where(out_float > 1.0, (in_size - 1.0) / xp.maximum(out_float - 1.0, 1.0), 1.0)
-    source = xp.arange(out_size) * step
+    step = xp.where(out_size > 1.0, (in_size - 1.0) / xp.maximum(out_size - 1.0, 1.0), 1.0)
+    source = index * step
     taps = xp.arange(in_size)
-    return xp.maximum(1.0 - xp.abs(source[:, None] - taps[None, :]), 0.0)
+    return xp.maximum(1.0 - xp.abs(source[..., None] - taps), 0.0)
 
 
-def _bicubic_matrix(in_size: int, out_size, xp):
+def _bicubic_weights(in_size: int, index, out_size, xp):
     # torch upsample_bicubic2d, align_corners=False: unclamped half-pixel source, taps clamped to the border.
-    scale = in_size / xp.size(out_size)
-    source = (xp.arange(out_size) + 0.5) * scale - 0.5
+    scale = in_size / out_size
+    source = (index + 0.5) * scale - 0.5
     base = xp.floor(source)
     t = source - base
     a = TORCH_CUBIC_A
     weights = xp.stack([cubic_far(t + 1, a), cubic_near(t, a), cubic_near(1 - t, a), cubic_far(2 - t, a)])
-    index = xp.clip(xp.to_int(base)[:, None] + xp.offsets(-1, 3)[None, :], 0, in_size - 1)
-    return xp.sum(xp.one_hot(index, in_size) * weights[..., None], axis=1)
+    taps = xp.clip(xp.to_int(base)[..., None] + xp.offsets(-1, 3), 0, in_size - 1)
+    return xp.sum(xp.one_hot(taps, in_size) * weights[..., None], axis=-2)
 
 
 def _antialias_cubic(x, xp):
@@ -157,19 +160,45 @@ def _antialias_cubic(x, xp):
     return xp.where(x < 1.0, cubic_near(x, a), xp.where(x < 2.0, cubic_far(x, a), 0.0))
 
 
-def _bicubic_antialias_matrix(in_size: int, out_size, xp):
-    # torch _upsample_bicubic2d_aa: the kernel is evaluated at every input tap (it is zero beyond its support),
-    # stretched by the scale when downsampling, and each row renormalised.
-    scale = in_size / xp.size(out_size)
-    inv_scale = xp.where(scale >= 1.0, 1.0 / scale, 1.0)
-    center = scale * (xp.arange(out_size) + 0.5)
-    taps = xp.arange(in_size)
-    weights = _antialias_cubic((taps[None, :] - center[:, None] + 0.5) * inv_scale, xp)
-    total = xp.sum(weights, axis=1, keepdims=True)
-    return weights / xp.where(total != 0.0, total, 1.0)
+def _triangle(x, xp):
+    return xp.maximum(1.0 - xp.abs(x), 0.0)
 
 
-_MATRICES = {"linear": _linear_matrix, "bicubic": _bicubic_matrix, "bicubic_antialias": _bicubic_antialias_matrix}
+def _antialias_weights(kernel):
+    # torch _upsample_bicubic2d_aa / _upsample_bilinear2d_aa: the kernel is evaluated at every input tap (it is
+    # zero beyond its support), stretched by the scale when downsampling, and each row renormalised.
+    def weights(in_size: int, index, out_size, xp):
+        scale = in_size / out_size
+        inv_scale = xp.where(scale >= 1.0, 1.0 / scale, 1.0)
+        center = scale * (index + 0.5)
+        taps = xp.arange(in_size)
+        values = kernel((taps - center[..., None] + 0.5) * inv_scale[..., None], xp)
+        total = xp.sum(values, axis=-1, keepdims=True)
+        return values / xp.where(total != 0.0, total, 1.0)
+
+    return weights
+
+
+# mode -> weights(in_size, index, out_size, xp): the (..., in_size) weights of output cell `index` of `out_size`
+# (both float arrays of one shape: a whole axis for a matrix, or one cell per token of a NaFlex batch).
+_WEIGHTS = {"linear": _linear_weights, "bicubic": _bicubic_weights,
+            "bicubic_antialias": _antialias_weights(_antialias_cubic),
+            "bilinear_antialias": _antialias_weights(_triangle)}
+
+
+def interpolation_weights(mode: str, in_size: int, index, out_size):
+    """The weights over `in_size` stored cells of output cell `index` of an axis resampled to `out_size` cells with
+    `mode`, as float32 tensors of shape `(*index.shape, in_size)`; `index` and `out_size` are tensors of one shape,
+    so that every token of a batch of images of different grids gets its own (`vit_keras.layers.flexible`).
+
+    Example:
+        >>> tuple(interpolation_weights("bilinear_antialias", 4, keras.ops.zeros((2, 3)),
+        ...                             keras.ops.full((2, 3), 5.0)).shape)
+        (2, 3, 4)
+    """
+    mode = check_grid_interpolation(mode)
+    index, out_size = ops.cast(index, "float32"), ops.cast(out_size, "float32")
+    return _WEIGHTS[mode](in_size, index, out_size, _GraphOps)
 
 
 def interpolation_matrix(mode: str, in_size: int, out_size):
@@ -180,7 +209,8 @@ def interpolation_matrix(mode: str, in_size: int, out_size):
         >>> tuple(interpolation_matrix("bicubic", 4, 6).shape)
         (6, 4)
     """
-    return _MATRICES[check_grid_interpolation(mode)](in_size, out_size, _GraphOps)
+    mode = check_grid_interpolation(mode)
+    return _WEIGHTS[mode](in_size, _GraphOps.arange(out_size), _GraphOps.size(out_size), _GraphOps)
 
 
 def numpy_interpolation_matrix(mode: str, in_size: int, out_size: int) -> np.ndarray:
@@ -190,7 +220,8 @@ def numpy_interpolation_matrix(mode: str, in_size: int, out_size: int) -> np.nda
         >>> numpy_interpolation_matrix("linear", 2, 3)[1]
         array([0.5, 0.5])
     """
-    return _MATRICES[check_grid_interpolation(mode)](in_size, int(out_size), _NumPyOps)
+    mode = check_grid_interpolation(mode)
+    return _WEIGHTS[mode](in_size, _NumPyOps.arange(int(out_size)), _NumPyOps.size(int(out_size)), _NumPyOps)
 
 
 def resample_grid(grid, new_grid, mode: str = "linear"):

@@ -18,7 +18,9 @@ class TokenPooling(keras.layers.Layer):
     """`"token"` takes prefix token `token_index` (the class token, 0, by default); `"avg"` / `"max"` reduce the
     patch tokens (prefix tokens excluded); `"distilled"` averages the class and distillation tokens (DeiT).
 
-    vit_jax's `classifier="gap"` is `"avg"` on a model without a class token.
+    vit_jax's `classifier="gap"` is `"avg"` on a model without a class token. Called with `token_mask` (`(batch,
+    tokens)`, true for real tokens: a NaFlex batch, `vit_keras.layers.flexible`), `"avg"` / `"max"` reduce the real
+    patch tokens only.
 
     Example:
         >>> TokenPooling("avg", num_prefix_tokens=1)(keras.ops.ones((2, 5, 8))).shape
@@ -40,12 +42,20 @@ class TokenPooling(keras.layers.Layer):
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.token_index = int(token_index)
 
-    def call(self, x):
+    def call(self, x, token_mask=None):
         if self.method == "token":
             return x[:, self.token_index]
         if self.method == "distilled":
             return (x[:, 0] + x[:, 1]) / 2
         patches = x[:, self.num_prefix_tokens :]
+        if token_mask is not None:
+            valid = ops.cast(token_mask, "bool")[:, self.num_prefix_tokens :, None]
+            if self.method == "avg":
+                count = ops.sum(ops.cast(valid, patches.dtype), axis=1)
+                return ops.sum(ops.where(valid, patches, 0.0), axis=1) / ops.maximum(count, 1.0)
+            # In float32, whose lowest finite value stands below any activation, then back to the model's dtype.
+            lowest = ops.max(ops.where(valid, ops.cast(patches, "float32"), -3.4e38), axis=1)
+            return ops.cast(lowest, patches.dtype)
         return ops.mean(patches, axis=1) if self.method == "avg" else ops.max(patches, axis=1)
 
     def compute_output_shape(self, input_shape):
@@ -62,6 +72,7 @@ class MAPHead(SublayerPolicies, keras.layers.Layer):
 
     big_vision `MAPHead` (names `probe`, `MultiHeadDotProductAttention_0`, `LayerNorm_0`, `MlpBlock_0`), timm
     `AttentionPoolLatent` and SigLIP's `head` compute the same function; no residual around the attention.
+    `token_mask` (`(batch, tokens)`, true for real tokens) keeps a NaFlex batch's padding out of the attention.
 
     Example:
         >>> MAPHead(num_heads=2, mlp_dim=16)(keras.ops.ones((2, 5, 8))).shape
@@ -92,9 +103,10 @@ class MAPHead(SublayerPolicies, keras.layers.Layer):
         self.norm.build(probe_shape)
         self.mlp.build(probe_shape)
 
-    def call(self, x):
+    def call(self, x, token_mask=None):
         probe = ops.broadcast_to(ops.cast(self.probe, x.dtype), (ops.shape(x)[0], 1, ops.shape(x)[-1]))
-        y = self.attention(probe, x)
+        mask = None if token_mask is None else ops.cast(token_mask, "bool")[:, None, :]
+        y = self.attention(probe, x, attention_mask=mask)
         y = y + self.mlp(self.norm(y))
         return y[:, 0]
 

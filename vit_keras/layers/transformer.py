@@ -166,14 +166,15 @@ class RotaryAttention(ProjectionAttention):
         self.layout = layout
         self.num_prefix_tokens = int(num_prefix_tokens)
 
-    def call(self, query, value, key=None, rope=None, return_attention_scores=False, training=None):
+    def call(self, query, value, key=None, rope=None, return_attention_scores=False, training=None,
+             attention_mask=None):
         if rope is None:
             raise ValueError(f"RotaryAttention {self.name!r} needs its RoPE tables: call it with `rope=`.")
         sin, cos = split_tables(rope)
         query = apply_rope(self._query_dense(query), sin, cos, self.layout, self.num_prefix_tokens)
         key = apply_rope(self._key_dense(value if key is None else key), sin, cos, self.layout, self.num_prefix_tokens)
         value = self._value_dense(value)
-        output, scores = self._compute_attention(query, key, value, None, training, return_attention_scores)
+        output, scores = self._compute_attention(query, key, value, attention_mask, training, return_attention_scores)
         output = self._output_dense(output)
         return (output, scores) if return_attention_scores else output
 
@@ -232,6 +233,9 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
     - `rope`: `None` or a 2-D RoPE layout (`"interleaved"`, `"rotate_half"`, `"mixed"`); the block is then called
       with `rope=tables` from a `RotaryEmbedding2D` (computed once for all blocks) and rotates q and k of all but its
       first `num_prefix_tokens` tokens. With `query_tokens` the queries are the first tokens of the rotated sequence.
+
+    Called with `token_mask` (`(batch, tokens)`, true for real tokens: a NaFlex batch), the padding is masked out of
+    the attention as keys, so that a real token's output does not depend on it.
 
     Example:
         >>> block = TransformerBlock(num_heads=2, mlp_dim=32)
@@ -336,23 +340,26 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
             self.scale_1.build(query_shape)
             self.scale_3.build(query_shape)
 
-    def call(self, x, training=None, return_attention_scores=False, all_tokens=False, rope=None):
+    def call(self, x, training=None, return_attention_scores=False, all_tokens=False, rope=None, token_mask=None):
         if (rope is None) != (self.rope is None):
             raise ValueError(
                 f"TransformerBlock {self.name!r} was built with rope={self.rope!r} but called with"
                 f"{'out' if rope is None else ''} RoPE tables; pass `rope=` the output of a RotaryEmbedding2D exactly "
                 "when the block has a RoPE layout."
             )
-        rotary = {} if rope is None else {"rope": rope}
+        attention_args = {} if rope is None else {"rope": rope}
+        if token_mask is not None:
+            attention_args["attention_mask"] = ops.cast(token_mask, "bool")[:, None, :]
         y = self.norm_1(x)
         query = y
         if self.query_tokens is not None and not all_tokens:
             # LayerNorm is per token, so normalising the whole sequence once serves the keys, values and queries.
             x, query = x[:, : self.query_tokens], y[:, : self.query_tokens]
         if return_attention_scores:
-            y, scores = self.attention(query, y, return_attention_scores=True, training=training, **rotary)
+            y, scores = self.attention(query, y, return_attention_scores=True, training=training,
+                                       **attention_args)
         else:
-            y = self.attention(query, y, training=training, **rotary)
+            y = self.attention(query, y, training=training, **attention_args)
         y = self.dropout(y, training=training)
         x = x + (self.scale_1(y) if self.layer_scale else y)
         y = self.mlp(self.norm_2(x), training=training)

@@ -44,7 +44,8 @@ class CheckpointInfo:
     `architecture` holds the `ViTConfig` fields the source determines (from its config file or its arrays);
     `read(num_heads)` returns the canonical parameter dict (vit_jax raw names), read lazily. `normalization` is the
     (mean, std) the checkpoint was trained with; `antialias` says that the source's own library resamples position
-    embeddings with torch's antialiased bicubic (timm).
+    embeddings with torch's antialiased bicubic (timm); `native_aspect`: a NaFlex checkpoint (SigLIP 2), which has
+    no fixed image size.
 
     Example:
         >>> CheckpointInfo(path="m.weights.h5", format="keras").format
@@ -63,6 +64,7 @@ class CheckpointInfo:
     normalization: tuple | None = None
     antialias: bool = False
     default_interpolation: str = "linear"
+    native_aspect: bool = False
 
     @property
     def gelu_approximate(self) -> bool | None:
@@ -107,25 +109,29 @@ def _hf_info(directory) -> CheckpointInfo:
     if "pre_logits/bias" in params:
         fields["representation_size"] = _shape_or_none(params, "pre_logits/bias")
     grid = _stored_grid(fields, os.path.join(directory, hf.CONFIG_NAME))
+    naflex = config.get("model_type") in hf.NAFLEX_MODEL_TYPES
     return CheckpointInfo(
         path=directory, format="hf", activation=fields["activation"],
         layer_norm_epsilon=fields["layer_norm_epsilon"],
         classes=_shape_or_none(params, "head/bias"), representation_size=fields.get("representation_size"),
-        source_grid=grid, reader=lambda num_heads: params, architecture=fields, default_interpolation="bicubic",
+        source_grid=grid, reader=lambda num_heads: params, architecture=fields,
+        default_interpolation="bilinear_antialias" if naflex else "bicubic", native_aspect=naflex,
     )
 
 
 def _timm_dir_info(directory) -> CheckpointInfo:
     fields, normalization = timm.read_config(directory)
     tensors = read_safetensors(hf.weights_file(directory))
-    params = timm.canonicalize(tensors, fields["num_heads"], config=fields)
+    naflex = timm.is_naflex(directory)
+    params = timm.canonicalize(tensors, fields["num_heads"], config=fields, naflex=naflex)
     grid = _stored_grid(fields, os.path.join(directory, timm.CONFIG_NAME))
     return CheckpointInfo(
         path=directory, format="timm", activation=fields["activation"],
         layer_norm_epsilon=fields["layer_norm_epsilon"], classes=_shape_or_none(params, "head/bias"),
         representation_size=_shape_or_none(params, "pre_logits/bias"), source_grid=grid,
-        reader=lambda num_heads: params, architecture=fields, normalization=normalization, antialias=True,
-        default_interpolation="bicubic",
+        reader=lambda num_heads: params, architecture=fields, normalization=normalization,
+        antialias=not naflex, default_interpolation="bilinear_antialias" if naflex else "bicubic",
+        native_aspect=naflex,
     )
 
 

@@ -27,7 +27,9 @@ PICKLE_NAMES = ("pytorch_model.bin", "model.bin", "pytorch_model.pt")
 # hidden_act values -> ViTConfig.activation (HF's "gelu" is exact erf; the tanh forms are the approximations).
 _HIDDEN_ACTS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                 "gelu_fast": "gelu_tanh", "quick_gelu": "quick_gelu"}
-MODEL_TYPES = ("vit", "dinov2", "clip_vision_model", "siglip_vision_model")
+MODEL_TYPES = ("vit", "dinov2", "clip_vision_model", "siglip_vision_model", "siglip2_vision_model")
+# SigLIP 2 NaFlex: no fixed image size; the position grid is resized per image with torch's antialiased bilinear.
+NAFLEX_MODEL_TYPES = ("siglip2_vision_model",)
 
 
 # The tables of the supported model types (transformers 5.x modeling_vit / _dinov2 / _clip / _siglip; see `rules`).
@@ -62,6 +64,17 @@ _CLIP_BLOCKS = _block("encoder.layers", "layer_norm1", "layer_norm2",
                       ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "self_attn.out_proj",
                       ("mlp.fc1", "mlp.fc2"))
 _MAP = "attention-pooling head"
+_SIGLIP_TOP = (
+    # SigLIP normalises every token: its post_layernorm is the final norm.
+    rules.Rule("post_layernorm", schema.ENCODER_NORM, rules.NORM, required=True),
+    rules.Rule("head.probe", f"{schema.MAP_HEAD}/probe", rules.TOKENS, part=_MAP),
+    rules.Rule("head.attention.in_proj", schema.MAP_ATTENTION, rules.fused("query", "key", "value", sep="_"),
+               part=_MAP),
+    rules.Rule("head.attention.out_proj", f"{schema.MAP_ATTENTION}/out", rules.HEADS_OUT, part=_MAP),
+    rules.Rule("head.layernorm", schema.MAP_NORM, rules.NORM, part=_MAP),
+    rules.Rule("head.mlp.fc1", schema.MAP_MLP_IN, rules.LINEAR, part=_MAP),
+    rules.Rule("head.mlp.fc2", schema.MAP_MLP_OUT, rules.LINEAR, part=_MAP),
+)
 TABLES = {
     "vit": rules.Table("Hugging Face vit", (
         *_VIT_EMBEDDINGS,
@@ -90,15 +103,15 @@ TABLES = {
     "siglip_vision_model": rules.Table("Hugging Face siglip_vision_model", (
         *_CLIP_EMBEDDINGS,
         *_CLIP_BLOCKS,
-        # SigLIP normalises every token: its post_layernorm is the final norm.
-        rules.Rule("post_layernorm", schema.ENCODER_NORM, rules.NORM, required=True),
-        rules.Rule("head.probe", f"{schema.MAP_HEAD}/probe", rules.TOKENS, part=_MAP),
-        rules.Rule("head.attention.in_proj", schema.MAP_ATTENTION,
-                   rules.fused("query", "key", "value", sep="_"), part=_MAP),
-        rules.Rule("head.attention.out_proj", f"{schema.MAP_ATTENTION}/out", rules.HEADS_OUT, part=_MAP),
-        rules.Rule("head.layernorm", schema.MAP_NORM, rules.NORM, part=_MAP),
-        rules.Rule("head.mlp.fc1", schema.MAP_MLP_IN, rules.LINEAR, part=_MAP),
-        rules.Rule("head.mlp.fc2", schema.MAP_MLP_OUT, rules.LINEAR, part=_MAP),
+        *_SIGLIP_TOP,
+    ), prefixes=("vision_model.",)),
+    # Siglip2VisionModel: a Linear on (row, column, channel)-flattened patches, a square position grid.
+    "siglip2_vision_model": rules.Table("Hugging Face siglip2_vision_model", (
+        rules.Rule("embeddings.patch_embedding", "embedding", rules.LINEAR_PATCH, required=True, bias="patch_bias"),
+        rules.Rule("embeddings.position_embedding", schema.POS_EMBEDDING, rules.tokens("weight", rank=2),
+                   required=True),
+        *_CLIP_BLOCKS,
+        *_SIGLIP_TOP,
     ), prefixes=("vision_model.",)),
 }
 
@@ -123,9 +136,10 @@ def read_config(path: str) -> dict:
     file = os.path.join(path, CONFIG_NAME)
     config = json_config.load(file)
     model_type = json_config.require(config, "model_type", str, file, default="vit")
-    if model_type in ("clip", "siglip") and isinstance(config.get("vision_config"), dict):
+    if model_type in ("clip", "siglip", "siglip2") and isinstance(config.get("vision_config"), dict):
+        tower = {"clip": "CLIP", "siglip": "Siglip", "siglip2": "Siglip2"}[model_type]
         raise ValueError(f"{path!r} holds a whole {model_type} model (text and vision); save its vision tower "
-                         f"({'CLIP' if model_type == 'clip' else 'Siglip'}VisionModel) and load that directory.")
+                         f"({tower}VisionModel) and load that directory.")
     if model_type not in MODEL_TYPES:
         raise ValueError(f"{path!r} holds a {model_type!r} model; vit_keras reads Hugging Face {MODEL_TYPES}.")
     act = json_config.require(config, "hidden_act", str, file, default="gelu")
@@ -156,7 +170,8 @@ def architecture(config: dict, path: str) -> dict:
         "num_layers": json_config.require(config, "num_hidden_layers", int, file, positive=True),
         "num_heads": json_config.require(config, "num_attention_heads", int, file, positive=True),
         "patch_size": json_config.require(config, "patch_size", int, file, positive=True),
-        "image_size": json_config.size_pair(config, "image_size", file),
+        "image_size": (_naflex_image_size(config, file) if model_type in NAFLEX_MODEL_TYPES
+                       else json_config.size_pair(config, "image_size", file)),
         "activation": _HIDDEN_ACTS[config.get("hidden_act", "gelu")],
         "layer_norm_epsilon": float(json_config.require(config, "layer_norm_eps", float, file, positive=True,
                                                         default=1e-12 if model_type == "vit" else 1e-6)),
@@ -170,10 +185,21 @@ def architecture(config: dict, path: str) -> dict:
                                                 positive=True)
     if model_type == "clip_vision_model":
         fields.update(pre_norm=True, fc_norm=True, patch_bias=False)
-    if model_type == "siglip_vision_model":
+    if model_type in ("siglip_vision_model", *NAFLEX_MODEL_TYPES):
         use_head = json_config.require(config, "vision_use_head", bool, file, default=True)
         fields.update(class_token=False, global_pool="map" if use_head else "avg")
     return fields
+
+
+def _naflex_image_size(config: dict, file: str) -> tuple[int, int]:
+    """The image size of a SigLIP 2 NaFlex position grid: `num_patches` (a square grid) times the patch size."""
+    num_patches = json_config.require(config, "num_patches", int, file, positive=True)
+    side = int(round(num_patches ** 0.5))
+    if side * side != num_patches:
+        raise ValueError(f"{file!r}: num_patches {num_patches} is not a square grid, which Siglip2VisionModel "
+                         "stores; check the config.")
+    patch = json_config.require(config, "patch_size", int, file, positive=True)
+    return side * patch, side * patch
 
 
 def read_tensors(path: str) -> dict:

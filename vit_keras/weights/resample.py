@@ -6,6 +6,7 @@ sample points, generalised to rectangular grids with one zoom factor per axis. `
 Hugging Face's `interpolate_pos_encoding`: torch bicubic (a = -0.75) with half-pixel sample points
 (`align_corners=False`) and clamped borders; with `antialias=True` it is timm's `resample_abs_pos_embed`
 (torch bicubic with `antialias=True`: Keys a = -0.5, the kernel widened when downsampling, renormalised borders).
+`interpolation="bilinear_antialias"` is SigLIP 2 NaFlex's (transformers and timm): torch bilinear, `antialias=True`.
 The bicubic matrices are `vit_keras.layers.interpolation`'s, built in NumPy float64: a model of any image size does
 the same resampling inside its graph at each call, with the same maths. The linear mode is vit_jax's own call
 (`scipy.ndimage.zoom`), which the in-graph linear matrix reproduces.
@@ -25,7 +26,7 @@ import numpy as np
 
 from vit_keras.layers.interpolation import numpy_interpolation_matrix
 
-INTERPOLATIONS = ("linear", "bicubic")
+INTERPOLATIONS = ("linear", "bicubic", "bilinear_antialias")
 
 
 def check_interpolation(interpolation) -> str:
@@ -38,7 +39,8 @@ def check_interpolation(interpolation) -> str:
     if not isinstance(interpolation, str) or interpolation not in INTERPOLATIONS:
         raise ValueError(
             f"`interpolation` must be one of {INTERPOLATIONS} ('linear': vit_jax's interpolate_posembed, "
-            f"'bicubic': Hugging Face's interpolate_pos_encoding), got {interpolation!r}."
+            f"'bicubic': Hugging Face's interpolate_pos_encoding, 'bilinear_antialias': SigLIP 2 NaFlex's), got "
+            f"{interpolation!r}."
         )
     return interpolation
 
@@ -109,7 +111,7 @@ def resample_grid(grid: np.ndarray, new_grid, interpolation: str = "linear", ant
         if out.shape[:2] != (new_rows, new_cols):  # zoom rounds the output size; guard against drift
             raise ValueError(f"Resampling {rows}x{cols} to {new_rows}x{new_cols} gave {out.shape[:2]}.")
         return out
-    mode = "bicubic_antialias" if antialias else "bicubic"
+    mode = interpolation if interpolation != "bicubic" else "bicubic_antialias" if antialias else "bicubic"
     row_matrix = numpy_interpolation_matrix(mode, rows, new_rows)
     col_matrix = numpy_interpolation_matrix(mode, cols, new_cols)
     out = np.einsum("ri,cj,ijd->rcd", row_matrix, col_matrix, grid.astype(np.float64))

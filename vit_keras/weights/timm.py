@@ -62,6 +62,24 @@ TABLE = rules.Table("timm ViT", (
     ("attn.norm.", "a LayerNorm inside the attention (scale_attn_norm)"),
 ))
 
+# timm's NaFlexVit (naflexvit.py): the same blocks and heads, with a Linear on (row, column, channel)-flattened
+# patches and a (1, rows, cols, D) position grid, resized to each image's grid (antialiased bilinear for SigLIP 2).
+NAFLEX_TABLE = rules.Table("timm NaFlexVit", (
+    rules.Rule("embeds.proj", "embedding", rules.LINEAR_PATCH, required=True, bias="patch_bias"),
+    rules.Rule("embeds.cls_token", "cls", rules.TOKENS),
+    rules.Rule("embeds.reg_token", "reg", rules.TOKENS),
+    rules.Rule("embeds.pos_embed", schema.POS_EMBEDDING, rules.tokens(rank=4), required=True),
+    *[rule for rule in TABLE.rules if rule.target not in ("embedding", "cls", "dist", "reg", schema.POS_EMBEDDING)],
+), refused=(*TABLE.refused, ("embeds.norm", "a norm on the patch embeddings"),
+            ("embeds.pos_embed_y", "factorized position embeddings")))
+# The NaFlexVit architectures vit_keras implements (timm 1.0.31 naflexvit.py) -> their fields; the position grid is
+# timm's `pos_embed_grid_size`, 16x16 (`image_size` below is that grid times the patch size).
+NAFLEX_ARCHITECTURES = {
+    "naflexvit_base_patch16_siglip": {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "mlp_ratio": 4.0},
+    "naflexvit_so400m_patch16_siglip": {"hidden_size": 1152, "num_layers": 27, "num_heads": 16, "mlp_ratio": 3.7362},
+}
+NAFLEX_GRID = (16, 16)
+
 # The architecture names timm registers for the ViT family -> the switches each fixes (timm 1.0.31
 # vision_transformer.py / deit.py). Sizes come from the size word; `model_args` in config.json overrides both.
 SIZES = {"tiny": (192, 12, 3), "small": (384, 12, 6), "base": (768, 12, 12), "large": (1024, 24, 16),
@@ -82,7 +100,7 @@ _BENIGN_TOKENS = {"in21k", "in22k", "ft", "in1k", "augreg", "orig", "mae", "dino
 _MODEL_ARGS = {"img_size", "patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "num_classes", "global_pool",
                "fc_norm", "class_token", "reg_tokens", "no_embed_class", "pre_norm", "init_values", "qkv_bias",
                "in_chans", "drop_rate", "pos_drop_rate", "attn_drop_rate", "drop_path_rate", "proj_drop_rate",
-               "dynamic_img_size", "dynamic_img_pad", "representation_size", "act_layer"}
+               "dynamic_img_size", "dynamic_img_pad", "representation_size", "act_layer", "pos_embed_grid_size"}
 # timm `act_layer` names (timm/layers/create_act.py) -> ViTConfig.activation.
 ACT_LAYERS = {"gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
 
@@ -111,18 +129,19 @@ def is_timm_dir(path: str) -> bool:
 
 
 def canonicalize(tensors: dict[str, np.ndarray], num_heads: int, *, config: dict | None = None,
-                 source: str | None = None) -> dict[str, np.ndarray]:
+                 source: str | None = None, naflex: bool = False) -> dict[str, np.ndarray]:
     """timm ViT tensors -> the canonical vit_jax raw-name dict, by `TABLE`.
 
     `config`: the `ViTConfig` fields of the checkpoint's config.json (`read_config`), which say whether the q/k/v
     and patch projections have biases; without it (a bare state dict) the file must be consistent across blocks.
     A tensor the architecture needs and the file lacks is refused, naming its timm key and `source` (default: the
-    file the tensors were read from).
+    file the tensors were read from). `naflex`: a NaFlexVit's tensors (`NAFLEX_TABLE`).
 
     Example:
         >>> canonicalize(read_safetensors("vit.safetensors"), num_heads=12)  # doctest: +SKIP
     """
-    return rules.apply_table(TABLE, tensors, num_heads=num_heads, source=rules.source_name(tensors, source),
+    return rules.apply_table(NAFLEX_TABLE if naflex else TABLE, tensors, num_heads=num_heads,
+                             source=rules.source_name(tensors, source),
                              switches=rules.config_switches(config))
 
 
@@ -134,6 +153,31 @@ def read_timm(path: str, num_heads: int) -> dict[str, np.ndarray]:
         (1, 1, 384)
     """
     return canonicalize(read_safetensors(path), num_heads, source=path)
+
+
+def is_naflex(directory: str) -> bool:
+    """Whether a timm directory's config.json names a NaFlexVit (`naflexvit_*`).
+
+    Example:
+        >>> is_naflex("/nonexistent")
+        False
+    """
+    path = os.path.join(directory, CONFIG_NAME)
+    if not os.path.isfile(path):
+        return False
+    name = json_config.load(path).get("architecture")
+    return isinstance(name, str) and name.startswith("naflexvit_")
+
+
+def _naflex_fields(name: str, path: str) -> dict:
+    if name not in NAFLEX_ARCHITECTURES:
+        raise ValueError(f"{path!r}: timm architecture {name!r} is a NaFlexVit vit_keras does not implement; it reads "
+                         f"{sorted(NAFLEX_ARCHITECTURES)}.")
+    patch = 16
+    sizes = {k: v for k, v in NAFLEX_ARCHITECTURES[name].items() if k != "mlp_ratio"}
+    return {"patch_size": patch, **sizes, "activation": "gelu_tanh",
+            "layer_norm_epsilon": LAYER_NORM_EPSILON, "class_token": False, "global_pool": "map",
+            "image_size": (NAFLEX_GRID[0] * patch, NAFLEX_GRID[1] * patch)}
 
 
 def architecture_switches(name: str, path: str = CONFIG_NAME) -> dict:
@@ -176,13 +220,20 @@ def read_config(directory: str) -> tuple[dict, tuple | None]:
     """
     path = os.path.join(directory, CONFIG_NAME)
     config = json_config.load(path)
-    fields = architecture_switches(json_config.require(config, "architecture", str, path), path)
+    name = json_config.require(config, "architecture", str, path)
+    naflex = name.startswith("naflexvit_")
+    fields = _naflex_fields(name, path) if naflex else architecture_switches(name, path)
     args = json_config.require(config, "model_args", dict, path, default={})
     unknown = sorted(set(args) - _MODEL_ARGS)
     if unknown:
         raise ValueError(f"{path!r}: model_args {unknown} are timm options vit_keras does not implement.")
     margs = f"{path} model_args"
-    if "img_size" in args:
+    if naflex:
+        # NaFlexVit keeps its position grid at pos_embed_grid_size whatever img_size says.
+        grid = json_config.size_pair(args, "pos_embed_grid_size", margs, default=NAFLEX_GRID)
+        patch = json_config.require(args, "patch_size", int, margs, positive=True, default=fields["patch_size"])
+        fields["image_size"] = (grid[0] * patch, grid[1] * patch)
+    elif "img_size" in args:
         fields["image_size"] = json_config.size_pair(args, "img_size", margs)
     else:
         cfg = json_config.require(config, "pretrained_cfg", dict, path, default={})
@@ -193,7 +244,8 @@ def read_config(directory: str) -> tuple[dict, tuple | None]:
                        ("num_heads", "num_heads")):
         if key in args:
             fields[field] = json_config.require(args, key, int, margs, positive=True)
-    ratio = json_config.require(args, "mlp_ratio", float, margs, default=4.0, positive=True)
+    ratio = json_config.require(args, "mlp_ratio", float, margs, positive=True,
+                                default=NAFLEX_ARCHITECTURES[name]["mlp_ratio"] if naflex else 4.0)
     fields["mlp_dim"] = int(fields["hidden_size"] * ratio)
     for key, field in (("class_token", "class_token"), ("no_embed_class", "no_embed_class"),
                        ("pre_norm", "pre_norm"), ("qkv_bias", "qkv_bias")):

@@ -90,6 +90,33 @@ def patch(prefix: str, weight, bias=None) -> dict:
     return _with_bias({f"{prefix}/kernel": patch_kernel(weight)}, prefix, bias)
 
 
+def linear_patch(prefix: str, weight, bias=None, channels: int = 3) -> dict:
+    """A torch Linear on flattened patches (D, P·P·C), (row, column, channel) order (SigLIP 2 NaFlex, timm
+    `NaFlexEmbeds`), as `{prefix}/kernel` (P, P, C, D) and `{prefix}/bias`: the same kernel as the convolution's.
+
+    Example:
+        >>> linear_patch("embedding", np.zeros((8, 4 * 4 * 3)))["embedding/kernel"].shape
+        (4, 4, 3, 8)
+    """
+    weight = _f32(weight)
+    side = int(round((weight.shape[1] / channels) ** 0.5))
+    if side * side * channels != weight.shape[1]:
+        raise ValueError(f"{prefix!r}: a patch projection of {weight.shape[1]} inputs is not P·P·{channels} for any "
+                         "patch size P.")
+    return _with_bias({f"{prefix}/kernel": weight.T.reshape(side, side, channels, weight.shape[0])}, prefix, bias)
+
+
+def linear_patch_back(prefix: str, params) -> tuple:
+    """`{prefix}/kernel` (P, P, C, D) -> a torch Linear on flattened patches (D, P·P·C) and its bias.
+
+    Example:
+        >>> linear_patch_back("embedding", linear_patch("embedding", np.zeros((8, 48))))[0].shape
+        (8, 48)
+    """
+    kernel = _f32(params[f"{prefix}/kernel"])
+    return np.ascontiguousarray(kernel.reshape(-1, kernel.shape[-1]).T), _bias_of(params, prefix)
+
+
 def _heads(hidden: int, num_heads: int) -> int:
     if hidden % num_heads:
         raise ValueError(f"Hidden size {hidden} is not divisible by num_heads {num_heads}.")
@@ -192,7 +219,8 @@ def scale_back(prefix: str, params) -> tuple:
 
 
 def tokens_back(prefix: str, params, rank: int = 3) -> tuple:
-    """The `(1, n, D)` array under `prefix` at the source's rank: 3 as is, 2 `(n, D)`, 1 `(D,)` (one token).
+    """The `(1, n, D)` array under `prefix` at the source's rank: 3 as is, 2 `(n, D)`, 1 `(D,)` (one token), 4 a
+    square `(1, rows, cols, D)` grid (timm NaFlexVit).
 
     Example:
         >>> tokens_back("cls", tokens("cls", np.zeros(8)), rank=1)[0].shape
@@ -203,6 +231,11 @@ def tokens_back(prefix: str, params, rank: int = 3) -> tuple:
         return value, None
     if rank == 2:
         return value.reshape(value.shape[-2:]), None
+    if rank == 4:
+        side = int(round(value.shape[-2] ** 0.5))
+        if side * side != value.shape[-2]:
+            raise ValueError(f"{prefix!r} holds {value.shape[-2]} positions, not a square grid.")
+        return value.reshape(1, side, side, value.shape[-1]), None
     if value.shape[-2] != 1:
         raise ValueError(f"{prefix!r} holds {value.shape[-2]} tokens; the target stores exactly one.")
     return value.reshape(-1), None
