@@ -391,8 +391,9 @@ def _map_rules(heads: int) -> tuple[rules.Rule, ...]:
     )
 
 
-def table(fields: Mapping, attention: tuple[str, bool]) -> rules.Table:
-    """The rule table of the state dict an `Eva` with these `ViTConfig` fields and attention storage holds.
+def table(fields: Mapping, attention: tuple[str, bool], family: str = "timm Eva") -> rules.Table:
+    """The rule table of the state dict an `Eva` with these `ViTConfig` fields and attention storage holds; errors
+    call it `family` (the architecture's name, so that "every ... model has it" says which).
 
     Example:
         >>> fields, attention = eva_fields(architecture_args("eva02_base_patch14_224"))
@@ -407,7 +408,7 @@ def table(fields: Mapping, attention: tuple[str, bool]) -> rules.Table:
     selected[at:at] = MLP_RULES[fields.get("mlp", "gelu")]
     if fields["global_pool"] == "map":
         selected.extend(_map_rules(fields.get("map_num_heads") or fields["num_heads"]))
-    return rules.Table("timm Eva", tuple(selected))
+    return rules.Table(family, tuple(selected))
 
 
 def _check_counts(tensors, fields: Mapping, source: str) -> None:
@@ -427,7 +428,8 @@ def _check_counts(tensors, fields: Mapping, source: str) -> None:
                              "model.")
 
 
-def canonicalize(tensors, fields: Mapping, attention: tuple[str, bool], *, source: str | None = None) -> dict:
+def canonicalize(tensors, fields: Mapping, attention: tuple[str, bool], *, source: str | None = None,
+                 family: str = "timm Eva") -> dict:
     """An `Eva` state dict -> the canonical dict, by `table(fields, attention)`; every tensor the config promises
     and the file lacks, or the file holds and the config does not promise, is refused by its timm key.
 
@@ -437,7 +439,7 @@ def canonicalize(tensors, fields: Mapping, attention: tuple[str, bool], *, sourc
     """
     source = rules.source_name(tensors, source)
     _check_counts(tensors, fields, source)
-    return rules.apply_table(table(fields, attention), tensors, num_heads=fields["num_heads"], source=source,
+    return rules.apply_table(table(fields, attention, family), tensors, num_heads=fields["num_heads"], source=source,
                              switches=rules.config_switches(fields))
 
 
@@ -453,5 +455,5 @@ def read_directory(directory: str) -> tuple[dict, tuple | None, dict]:
     args = _model_args(config, architecture_args(name, path), path)
     fields, attention = eva_fields(args, f"{path!r} ({name})")
     tensors = read_safetensors(hf.weights_file(directory))
-    params = canonicalize(tensors, fields, attention)
+    params = canonicalize(tensors, fields, attention, family=f"timm {name}")
     return fields, timm.pretrained_normalization(config, path), params
