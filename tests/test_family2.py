@@ -73,6 +73,17 @@ def test_fixture_case_through_from_pretrained_and_keras_round_trip(case, tmp_pat
     run_case(case, tmp_path)
 
 
+@pytest.mark.parametrize("case, size", [("timm_pe_core", (48, 24)), ("timm_eva02", (70, 42))])
+def test_any_image_size_model_equals_the_fixed_size_one(case, size):
+    """any_image_size=True: RoPE tables (rescaled to the reference grid) and the resampled position table computed
+    in the graph for each call's grid give the fixed-size model's outputs (same arithmetic, same tolerance)."""
+    directory = os.path.join(FAMILY2, case, "checkpoint")
+    x = np.random.default_rng(1).uniform(0, 255, (2, *size, 3)).astype(np.float32)
+    fixed = vit_keras.from_pretrained(directory, image_size=size, classifier_activation=None)
+    any_size = vit_keras.from_pretrained(directory, any_image_size=True, classifier_activation=None)
+    check(run(any_size, x), run(fixed, x))
+
+
 # ---- timm eva.py parity: a randomised tiny model of each layout, saved with save_for_hf, against timm itself at a
 # second square size and a non-square one (timm with dynamic_img_size=True: RoPE tables for the new grid, absolute
 # position embeddings resampled with antialiased bicubic, as from_pretrained does).

@@ -100,7 +100,7 @@ _PE_CORE = {"global_pool": "map", "attn_type": "rope", "use_pre_transformer_norm
             "norm_eps": 1e-5}
 _DINOV3 = {"qkv_bias": False, "init_values": 1e-5, "rope_type": "dinov3", "rope_temperature": 100.0,
            "rope_rotate_half": True, "use_rot_pos_emb": True, "use_abs_pos_emb": False, "num_reg_tokens": 4,
-           "use_fc_norm": False, "norm_eps": 1e-5, "dynamic_img_size": True}
+           "use_fc_norm": False, "norm_eps": 1e-5}
 _SWIGLU8 = {"swiglu_mlp": True, "swiglu_align_to": 8}
 
 
