@@ -17,6 +17,7 @@ matmul-relevant flags head the report and the JSON.
     python scripts/benchmark.py --backends jax,torch       # the Keras libraries on Keras' other backends
     python scripts/benchmark.py --quick                    # a tiny model: checks the script in seconds
     python scripts/benchmark.py --json results.json        # also write every measurement
+    python scripts/benchmark.py --dinov3                   # also DINOv3 ViT-B/16 in vit_keras and timm
 
 Peers, each measured at every setting it has and reported at the best: keras-hub's `ViTBackbone`
 (`pip install --no-deps keras-hub==0.32.0`; XLA on/off like vit_keras), timm's `VisionTransformer` (eager and
@@ -26,6 +27,11 @@ vit-keras 0.2.0, which imports as `vit_keras` too and so runs from its own direc
 installed with `pip install --target DIR --no-deps vit-keras==0.2.0 validators opencv-python-headless`). A peer
 that is not installed is reported as skipped. `make benchmark` installs them and runs the inference and training
 suites.
+
+DINOv3 (`--dinov3`): vit_keras and timm (`vit_base_patch16_dinov3`) also run DINOv3's ViT-B/16 (2-D RoPE on q and
+k, 4 registers, LayerScale, no position table), each at the settings it has, in the same run as the plain ViT-B/16:
+the report gives each library's DINOv3 images/s as a fraction of its own ViT-B/16's, the cost of RoPE and the
+registers.
 
 Backends: vit_keras and keras-hub run on every Keras backend named by `--backends` (default: tensorflow, jax,
 torch), each at its settings: TensorFlow with XLA on and off (a `tf.function` for inference, plus `model.predict`
@@ -58,6 +64,11 @@ ARCHITECTURES = {
     "tiny": dict(image_size=64, patch_size=16, hidden_size=64, num_layers=2, num_heads=2, mlp_dim=128),
 }
 LIBRARIES = ("vit_keras", "keras-hub", "vit-keras-0.2.0", "timm", "onnxruntime")
+# The networks: the paper's ViT, and DINOv3's (timm `vit_base_patch16_dinov3`; vit_keras `ViTConfig` fields).
+MODELS = ("vit", "dinov3")
+DINOV3_LIBRARIES = ("vit_keras", "timm")
+DINOV3 = dict(rope="rotate_half", num_register_tokens=4, layer_scale=True, qkv_bias=False, position_embedding="none",
+              activation="gelu", layer_norm_epsilon=1e-5)
 KERAS_LIBRARIES = ("vit_keras", "keras-hub", "vit-keras-0.2.0")
 BACKENDS = ("tensorflow", "jax", "torch")
 MULTI_BACKEND = ("vit_keras", "keras-hub")  # vit-keras 0.2.0 is written for TensorFlow only
@@ -68,10 +79,11 @@ MATMUL = "tf.matmul"
 PEAK_PRECISIONS = ("float32", "bfloat16")  # the matmul peak is measured for these
 
 
-def forward_gflop(arch, head_tokens_only=False) -> float:
+def forward_gflop(arch, head_tokens_only=False, prefix_tokens=1) -> float:
     """GFLOP of one image's forward pass (multiply-adds x 2): patch embedding, then per layer the QKV, attention
     logits and mix, output projection and MLP; the head is left out. ViT-B/16 at 224: 35.1, and 32.7 when the
     last block computes the class token alone (its keys and values still come from all 197 tokens).
+    `prefix_tokens`: tokens before the patches (DINOv3: the class token and 4 registers; RoPE adds no matmul).
 
     Example:
         >>> round(forward_gflop(ARCHITECTURES["B/16"]), 1), round(forward_gflop(ARCHITECTURES["B/16"], True), 1)
@@ -79,7 +91,7 @@ def forward_gflop(arch, head_tokens_only=False) -> float:
     """
     width, mlp, patch = arch["hidden_size"], arch["mlp_dim"], arch["patch_size"]
     patches = (arch["image_size"] // patch) ** 2
-    tokens = patches + 1
+    tokens = patches + prefix_tokens
 
     def layer(queries):
         return 2 * tokens * width * 2 * width + 2 * queries * width * width + 2 * 2 * queries * tokens * width \
@@ -90,9 +102,10 @@ def forward_gflop(arch, head_tokens_only=False) -> float:
     return (embedding + (arch["num_layers"] - 1) * layer(tokens) + last) / 1e9
 
 
-def image_gflop(arch, task, head_tokens_only=False) -> float:
+def image_gflop(arch, task, head_tokens_only=False, model="vit") -> float:
     """GFLOP per image of `task`: the forward pass, or forward + backward (3x) for a training step."""
-    return forward_gflop(arch, head_tokens_only) * (3 if task == "training" else 1)
+    prefix_tokens = 1 + DINOV3["num_register_tokens"] if model == "dinov3" else 1
+    return forward_gflop(arch, head_tokens_only, prefix_tokens) * (3 if task == "training" else 1)
 
 
 # --- the worker: one case in this process --------------------------------------------------------------------
@@ -115,8 +128,9 @@ def _keras_model(case):
         sys.path.insert(0, REPO)
         import vit_keras
 
-        return vit_keras.ViT(**arch, classes=CLASSES, classifier_activation=None, include_preprocessing=False,
-                             head_tokens_only=case.get("head_tokens_only", True))
+        family = DINOV3 if case.get("model") == "dinov3" else {}
+        return vit_keras.ViT(**arch, **family, classes=CLASSES, classifier_activation=None,
+                             include_preprocessing=False, head_tokens_only=case.get("head_tokens_only", True))
     if library == "keras-hub":
         try:
             import keras_hub
@@ -300,6 +314,11 @@ def _import_timm():
 def _timm_model(case, device):
     timm, _ = _import_timm()
     arch = ARCHITECTURES[case["architecture"]]
+    if case.get("model") == "dinov3":  # timm's own function: its RoPE, registers and LayerScale
+        return timm.create_model(
+            "vit_base_patch16_dinov3", pretrained=False, img_size=arch["image_size"], patch_size=arch["patch_size"],
+            embed_dim=arch["hidden_size"], depth=arch["num_layers"], num_heads=arch["num_heads"],
+            mlp_ratio=arch["mlp_dim"] / arch["hidden_size"], num_classes=CLASSES, global_pool="token").to(device)
     return timm.models.vision_transformer.VisionTransformer(
         img_size=arch["image_size"], patch_size=arch["patch_size"], embed_dim=arch["hidden_size"],
         depth=arch["num_layers"], num_heads=arch["num_heads"], mlp_ratio=arch["mlp_dim"] / arch["hidden_size"],
@@ -518,6 +537,18 @@ def _cases(args):
                                    precision="int8" if runtime == "tflite_int8" else p, runtime=runtime,
                                    architecture=args.architecture)
                               for runtime in args.runtimes if runtime != "keras" and exported]
+    for lib in [name for name in DINOV3_LIBRARIES if name in args.libraries] if getattr(args, "dinov3", False) else []:
+        # Each library at the settings it has for the plain ViT (Keras in Keras only), so each best is comparable.
+        for b in args.batch_sizes:
+            for p in args.precisions:
+                if lib == "timm":
+                    cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=None, torch_compile=c,
+                                   architecture=args.architecture, model="dinov3") for c in args.torch_compile]
+                    continue
+                for backend in args.backends if "keras" in args.runtimes else []:
+                    cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=x, backend=backend,
+                                   architecture=args.architecture, model="dinov3")
+                              for x in ([True] if backend == "jax" else args.xla)]
     return cases
 
 
@@ -571,6 +602,11 @@ def _setting(r) -> str:
     return f"predict, {setting}" if r.get("call") == "predict" else setting
 
 
+def _task(r) -> str:
+    """The task as the tables name it: "inference", or "inference, DINOv3" for the DINOv3 network."""
+    return r["task"] if r.get("model", "vit") == "vit" else f"{r['task']}, DINOv3"
+
+
 def _like(r):
     """What a Keras peer's row is compared with: vit_keras on the same backend, setting and call."""
     return (*_group(r), r.get("backend") or "tensorflow", r["xla"], r.get("call"), r.get("runtime"),
@@ -578,7 +614,7 @@ def _like(r):
 
 
 def _group(r):
-    return r["task"], r["batch"], r["precision"]
+    return r["task"], r["batch"], r["precision"], r.get("model", "vit")
 
 
 def best_by_library(results) -> dict:
@@ -587,7 +623,7 @@ def best_by_library(results) -> dict:
     Example:
         >>> rows = [dict(task="inference", batch=1, precision="float32", library="timm", images_per_s=v)
         ...         for v in (2.0, 3.0)]
-        >>> best_by_library(rows)[("inference", 1, "float32")]["timm"]["images_per_s"]
+        >>> best_by_library(rows)[("inference", 1, "float32", "vit")]["timm"]["images_per_s"]
         3.0
     """
     best = {}
@@ -625,7 +661,7 @@ def table(results) -> str:
     for r in results:
         if r["task"] == "matmul":
             continue
-        head = f"| {r['task']} | {r['library']} | {r['batch']} | {r['precision']} | {_setting(r)} "
+        head = f"| {_task(r)} | {r['library']} | {r['batch']} | {r['precision']} | {_setting(r)} "
         if "skipped" in r:
             rows.append(head + f"| skipped: {r['skipped'][:120]} | | | | |")
             continue
@@ -652,12 +688,14 @@ def summarize(results) -> list:
     peaks = matmul_peaks(results)
     rows = []
     for group, libraries in best_by_library(results).items():
-        task, batch, precision = group
+        task, batch, precision, model = group
         ours = libraries.get("vit_keras")
         if task == "matmul" or ours is None:
             continue
         row = {"task": task, "batch": batch, "precision": precision, "vit_keras": ours["images_per_s"],
                "vit_keras_setting": _setting(ours), "peers": {}, "ratios": {}}
+        if model != "vit":
+            row["model"] = model
         for library, peer in libraries.items():
             if library != "vit_keras":
                 row["peers"][library] = {"images_per_s": peer["images_per_s"], "setting": _setting(peer)}
@@ -682,13 +720,25 @@ def summarize(results) -> list:
         peak = peaks.get(precision)
         if peak and task in ("inference", "training"):
             achieved = ours["images_per_s"] * image_gflop(ARCHITECTURES[ours["architecture"]], task,
-                                                          ours.get("head_tokens_only", True))
+                                                          ours.get("head_tokens_only", True), model)
             row["gflop_per_s"] = achieved
             row["fraction_of_matmul_peak"] = achieved / peak["gflop_per_s"]
             row["matmul_peak"] = {"gflop_per_s": peak["gflop_per_s"], "setting": _setting(peak),
                                   "n": peak["batch"]}
         rows.append(row)
+    _dinov3_cost(rows, best_by_library(results))
     return rows
+
+
+def _dinov3_cost(rows, best) -> None:
+    """Each DINOv3 row gets, per library measured on both networks, its DINOv3 images/s ÷ its ViT-B/16 images/s."""
+    for row in rows:
+        if row.get("model") != "dinov3":
+            continue
+        plain = best.get((row["task"], row["batch"], row["precision"], "vit"), {})
+        dinov3 = best[(row["task"], row["batch"], row["precision"], "dinov3")]
+        row["dinov3_vs_vit"] = {library: round(dinov3[library]["images_per_s"] / plain[library]["images_per_s"], 3)
+                                for library in dinov3 if library in plain}
 
 
 def summary_table(summary, peaks) -> str:
@@ -706,7 +756,7 @@ def summary_table(summary, peaks) -> str:
             cells.append(f"{peer['images_per_s']:.2f} ({peer['setting']}) — {row['ratios'][library]:.2f}"
                          if peer else "—")
         share = f"{100 * row['fraction_of_matmul_peak']:.0f}%" if "fraction_of_matmul_peak" in row else "—"
-        lines.append(f"| {row['task']} | {row['batch']} | {row['precision']} | {row['vit_keras']:.2f} "
+        lines.append(f"| {_task(row)} | {row['batch']} | {row['precision']} | {row['vit_keras']:.2f} "
                      f"({row['vit_keras_setting']}) | " + "".join(f"{c} | " for c in cells) + f"{share} |")
     if peaks:
         lines.append("")
@@ -778,6 +828,8 @@ def main(argv=None) -> int:
     parser.add_argument("--matmul-size", type=int, default=None,
                         help="n of the n x n tf.matmul that measures the peak (default 2048; --quick 256; 0: skip)")
     parser.add_argument("--quick", action="store_true", help="a tiny model and short timings")
+    parser.add_argument("--dinov3", action="store_true",
+                        help="also DINOv3's ViT-B/16 (RoPE, registers, LayerScale) in vit_keras and timm")
     parser.add_argument("--min-seconds", type=float, default=None, help="time each case at least this long")
     parser.add_argument("--min-calls", type=int, default=None, help="and at least this many calls")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds before a case is given up")
@@ -833,7 +885,8 @@ def main(argv=None) -> int:
             shown = f"{result['gflop_per_s']:.1f} GFLOP/s"
         else:
             shown = f"{result['images_per_s']:.2f} images/s"
-        print(f"  {case['library']:<40} batch {case['batch']:>4} {case['precision']:<8} {_setting(case):<13} "
+        label = case["library"] + (", DINOv3" if case.get("model") == "dinov3" else "")
+        print(f"  {label:<40} batch {case['batch']:>4} {case['precision']:<8} {_setting(case):<13} "
               f"{shown}", flush=True)
     summary = summarize(results)
     print()
@@ -848,6 +901,10 @@ def main(argv=None) -> int:
         if "predict_vs_function" in row:
             print(f"model.predict at batch {row['batch']} ({row['precision']}): {row['predict_vs_function']:.3f} x "
                   "the compiled tf.function's images/s")
+        if "dinov3_vs_vit" in row:
+            costs = ", ".join(f"{library} {ratio:.3f}" for library, ratio in row["dinov3_vs_vit"].items())
+            print(f"DINOv3 at {row['task']} batch {row['batch']} ({row['precision']}): {costs} x the images/s of the "
+                  "same library's ViT (RoPE, 4 registers, LayerScale)")
         if "head_tokens_only_gain" in row:
             print(f"head_tokens_only at {row['task']} batch {row['batch']} ({row['precision']}, XLA): "
                   f"{row['head_tokens_only_gain']:.3f} x the images/s of computing every token of the last block")

@@ -262,3 +262,31 @@ def test_the_head_tokens_only_gain_compares_the_same_setting():
     expected = 4.8 * script.forward_gflop(script.ARCHITECTURES["B/16"], True) / 170.0
     assert summary["fraction_of_matmul_peak"] == pytest.approx(expected)
     assert script._setting(results[3]) == "XLA, all tokens"
+
+
+def test_dinov3_runs_beside_vit_in_vit_keras_and_timm_and_its_cost_is_a_ratio():
+    """--dinov3: vit_keras and timm also run DINOv3's ViT-B/16 at the settings they have for the plain ViT, the two
+    are the same network (equal parameter counts, written independently), and the report divides each library's
+    DINOv3 images/s by its own ViT's."""
+    script = _script()
+    args = SimpleNamespace(suite="inference", batch_sizes=[1], precisions=["float32"], libraries=list(script.LIBRARIES),
+                           xla=[False, True], torch_compile=[False, True], architecture="tiny", matmul_size=256,
+                           backends=["tensorflow"], runtimes=list(script.RUNTIMES), dinov3=True)
+    dinov3 = [case for case in script._cases(args) if case.get("model") == "dinov3"]
+    assert {(c["library"], script._setting(c)) for c in dinov3} == {
+        ("vit_keras", "XLA"), ("vit_keras", "no XLA"), ("timm", "eager"), ("timm", "torch.compile")}
+    case = dinov3[0]
+    keras_model = script._keras_model(case)
+    timm_model = script._timm_model({**case, "library": "timm"}, "cpu")
+    assert keras_model.count_params() == sum(p.numel() for p in timm_model.parameters())
+
+    def row(library, model, images_per_s):
+        return dict(task="inference", batch=1, precision="float32", library=library, images_per_s=images_per_s,
+                    architecture="B/16", xla=True, model=model)
+
+    results = [row("vit_keras", "vit", 10.0), row("timm", "vit", 8.0), row("vit_keras", "dinov3", 9.0),
+               row("timm", "dinov3", 6.0)]
+    plain, rope = script.summarize(results)
+    assert "model" not in plain and rope["model"] == "dinov3"
+    assert rope["dinov3_vs_vit"] == {"vit_keras": 0.9, "timm": 0.75} and rope["ratios"] == {"timm": 1.5}
+    assert "| inference, DINOv3 | 1 |" in script.summary_table([plain, rope], {})

@@ -245,8 +245,8 @@ def test_input_tensor_keeps_the_users_layers(tiny_kwargs):
         ("timm", lambda text: text.replace('"architecture"', '"arch"'), "has no 'architecture'|timm"),
         ("timm", lambda text: text.replace('"patch_size": 8', '"patch_size": 0'), "'patch_size' must be positive"),
         ("timm", lambda text: text.replace('"depth": 3', '"depth": [3]'), "'depth' must be an integer"),
-        ("timm", lambda text: text.replace("vit_base_patch16_clip_quickgelu_224", "vit_base_patch16_rope_224"),
-         "'rope'"),
+        ("timm", lambda text: text.replace("vit_base_patch16_clip_quickgelu_224", "vit_base_patch16_rpn_224"),
+         "'rpn'"),
     ],
 )
 def test_malformed_checkpoint_configs_name_the_file_and_key(kind, edit, match, tmp_path):

@@ -128,7 +128,9 @@ class ViTConfig:
       (OpenAI CLIP, x·sigmoid(1.702x)); `layer_norm_epsilon`: the source's (1e-6 Google/timm, 1e-5 CLIP, 1e-12
       transformers ViT).
     - `global_pool`: what the head reads: `"token"` (class token), `"avg"` (mean of the patch tokens) or `"map"`
-      (attention pooling with a learned probe: big_vision `MAPHead`, timm `attn_pool`, SigLIP's `head`).
+      (attention pooling with a learned probe: big_vision `MAPHead`, timm `attn_pool`, SigLIP's `head`);
+      `map_num_heads` / `map_mlp_dim`: that head's own heads and MLP width where they differ from the blocks' (timm
+      `attn_pool_num_heads` / `attn_pool_mlp_ratio`, e.g. Perception Encoder's 8 heads); None: the blocks' values.
     - `fc_norm`: the final LayerNorm is applied after pooling instead of over every token (timm `fc_norm`, CLIP's
       `post_layernorm`); `qkv_bias` / `patch_bias`: whether those projections have biases (without them the model
       has no such variables, and a checkpoint must agree: a missing bias is refused, never read as zero).
@@ -177,6 +179,8 @@ class ViTConfig:
     qkv_bias: bool = True
     patch_bias: bool = True
     global_pool: str = "token"
+    map_num_heads: int | None = None
+    map_mlp_dim: int | None = None
     fc_norm: bool = False
     representation_size: int | None = None
     pos_grid: tuple[int, int] | None = None
@@ -197,8 +201,8 @@ class ViTConfig:
             set_(self, field, check_positive_int(field, getattr(self, field)))
         set_(self, "num_register_tokens", check_positive_int(
             "num_register_tokens", self.num_register_tokens, allow_zero=True))
-        set_(self, "representation_size", check_positive_int(
-            "representation_size", self.representation_size, allow_none=True))
+        for field in ("representation_size", "map_num_heads", "map_mlp_dim"):
+            set_(self, field, check_positive_int(field, getattr(self, field), allow_none=True))
         set_(self, "dropout_rate", _check_rate("dropout_rate", self.dropout_rate))
         set_(self, "attention_dropout_rate", _check_rate("attention_dropout_rate", self.attention_dropout_rate))
         if self.image_size is not None:
@@ -219,6 +223,9 @@ class ViTConfig:
         self._check_parts()
         if self.global_pool not in POOLS:
             raise ValueError(f"`global_pool` must be one of {POOLS}, got {self.global_pool!r}.")
+        if self.map_num_heads is not None and self.hidden_size % self.map_num_heads:
+            raise ValueError(f"`hidden_size` {self.hidden_size} is not divisible by `map_num_heads` "
+                             f"{self.map_num_heads}; pick a divisor of hidden_size, or None for num_heads.")
         if self.position_embedding not in POSITION_EMBEDDINGS:
             raise ValueError(
                 f"`position_embedding` must be one of {POSITION_EMBEDDINGS}, got {self.position_embedding!r}."

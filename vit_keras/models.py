@@ -308,7 +308,8 @@ def build_vit(
     masked = {} if token_mask is None else {"token_mask": token_mask}
     if pooling is not None:
         if pooling == "map":
-            x = MAPHead(config.num_heads, config.mlp_dim, layer_norm_epsilon=config.layer_norm_epsilon,
+            x = MAPHead(config.map_num_heads or config.num_heads, config.map_mlp_dim or config.mlp_dim,
+                        layer_norm_epsilon=config.layer_norm_epsilon,
                         activation=config.activation, dtype=dtype, name="MAPHead_0")(x, **masked)
         elif pooling == "token" and config.distilled and not include_top:
             x = TokenPooling("distilled", num_prefix_tokens=config.num_prefix_tokens,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from vit_keras.configs import CLASSIFIER_POOLS, config_fields
 from vit_keras.layers.dtypes import quantized_layers
 from vit_keras.model_config import config_of
-from vit_keras.weights import download, google, hf, hub, json_config, registry, timm
+from vit_keras.weights import download, google, hf, hub, json_config, registry, timm, timm_eva
 from vit_keras.weights.assign import assign_params
 from vit_keras.weights.infer import infer_config_fields
 from vit_keras.weights.keras_h5 import load_keras_weights
@@ -120,10 +120,15 @@ def _hf_info(directory) -> CheckpointInfo:
 
 
 def _timm_dir_info(directory) -> CheckpointInfo:
-    fields, normalization = timm.read_config(directory)
-    tensors = read_safetensors(hf.weights_file(directory))
-    naflex = timm.is_naflex(directory)
-    params = timm.canonicalize(tensors, fields["num_heads"], config=fields, naflex=naflex)
+    architecture = json_config.load(os.path.join(directory, timm.CONFIG_NAME)).get("architecture")
+    naflex = False
+    if timm_eva.knows(architecture):  # timm's eva.py models (EVA-02, DINOv3, PE, RoPE-ViT); else its ViTs
+        fields, normalization, params = timm_eva.read_directory(directory)
+    else:
+        fields, normalization = timm.read_config(directory)
+        tensors = read_safetensors(hf.weights_file(directory))
+        naflex = timm.is_naflex(directory)
+        params = timm.canonicalize(tensors, fields["num_heads"], config=fields, naflex=naflex)
     grid = _stored_grid(fields, os.path.join(directory, timm.CONFIG_NAME))
     return CheckpointInfo(
         path=directory, format="timm", activation=fields["activation"],

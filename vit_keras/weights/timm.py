@@ -192,7 +192,8 @@ def architecture_switches(name: str, path: str = CONFIG_NAME) -> dict:
         raise ValueError(
             f"{path!r}: timm architecture {name!r} is not a ViT vit_keras knows; supported names look like "
             "vit_<tiny|small|base|large|huge>_patch<P>_[clip_|siglip_|...]<size>[_dinov2|_reg4_dinov2] or "
-            "deit_<size>_[distilled_]patch<P>_<size>."
+            "deit_<size>_[distilled_]patch<P>_<size>; timm's eva.py names (EVA-02, DINOv3, PE, RoPE-ViT) are read by "
+            "vit_keras.weights.timm_eva."
         )
     family, size, distilled, patch, rest = match.groups()
     hidden, depth, heads = SIZES[size]
@@ -277,14 +278,23 @@ def read_config(directory: str) -> tuple[dict, tuple | None]:
         raise ValueError(f"{path!r}: in_chans {args['in_chans']} (vit_keras checkpoints take RGB).")
     if fields.get("distilled") and fields.get("global_pool", "token") != "token":
         raise ValueError(f"{path!r}: a distilled model pools its tokens, not {fields['global_pool']!r}.")
+    return fields, pretrained_normalization(config, path)
+
+
+def pretrained_normalization(config: dict, path: str = CONFIG_NAME) -> tuple | None:
+    """The (mean, std) a timm config.json's `pretrained_cfg` states, or None when it states none.
+
+    Example:
+        >>> pretrained_normalization({"pretrained_cfg": {"mean": [0.5] * 3, "std": [0.5] * 3}})
+        ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    """
     cfg = json_config.require(config, "pretrained_cfg", dict, path, default={})
-    normalization = None
-    if "mean" in cfg or "std" in cfg:
-        mean = json_config.require(cfg, "mean", list, f"{path} pretrained_cfg")
-        std = json_config.require(cfg, "std", list, f"{path} pretrained_cfg")
-        if len(mean) != 3 or len(std) != 3 or not all(isinstance(v, int | float) for v in mean + std):
-            raise ValueError(f"{path!r}: pretrained_cfg mean/std must be 3 numbers each, got {mean!r}, {std!r}.")
-        if not all(s > 0 for s in std):
-            raise ValueError(f"{path!r}: pretrained_cfg std must be positive, got {std!r}.")
-        normalization = (tuple(float(m) for m in mean), tuple(float(s) for s in std))
-    return fields, normalization
+    if "mean" not in cfg and "std" not in cfg:
+        return None
+    mean = json_config.require(cfg, "mean", list, f"{path} pretrained_cfg")
+    std = json_config.require(cfg, "std", list, f"{path} pretrained_cfg")
+    if len(mean) != 3 or len(std) != 3 or not all(isinstance(v, int | float) for v in mean + std):
+        raise ValueError(f"{path!r}: pretrained_cfg mean/std must be 3 numbers each, got {mean!r}, {std!r}.")
+    if not all(s > 0 for s in std):
+        raise ValueError(f"{path!r}: pretrained_cfg std must be positive, got {std!r}.")
+    return tuple(float(m) for m in mean), tuple(float(s) for s in std)
