@@ -23,7 +23,7 @@ from vit_keras.configs import (
 from vit_keras.layers import ImageSizeCheck, MAPHead, PatchEncoder, Patches, ResNetStem, TokenPooling, TransformerBlock
 from vit_keras.layers.dtypes import check_model_dtype, policy_for
 from vit_keras.layers.norms import norm_layer
-from vit_keras.layers.pooling import POOLINGS
+from vit_keras.layers.pooling import POOLINGS, AttentionPoolingHead
 from vit_keras.layers.rope import RotaryEmbedding2D
 from vit_keras.model_class import VisionTransformer
 from vit_keras.model_config import config_of  # noqa: F401 (re-exported: vit_keras.models.config_of)
@@ -221,6 +221,14 @@ def _rope_tables(config: ViTConfig, patches):
     return layer(patches)
 
 
+def _attention_pooling_head(config: ViTConfig, dtype):
+    """The architecture's attention-pooling head (`config.map_head`), named `MAPHead_0` whichever it is."""
+    if config.map_head == "aimv2":
+        return AttentionPoolingHead(config.num_heads, qkv_bias=config.qkv_bias, dtype=dtype, name="MAPHead_0")
+    return MAPHead(config.num_heads, config.mlp_dim, layer_norm_epsilon=config.layer_norm_epsilon,
+                   activation=config.activation, dtype=dtype, name="MAPHead_0")
+
+
 def build_vit(
     config: ViTConfig,
     *,
@@ -291,6 +299,8 @@ def build_vit(
         patch_bias=config.patch_bias,
         architecture=config.to_dict(),
         pos_interpolation=config.pos_interpolation,
+        patch_norm=config.patch_norm,
+        norm_epsilon=config.layer_norm_epsilon,
         dtype=dtype,
         name="patch_encoder",
     )(x)
@@ -327,8 +337,7 @@ def build_vit(
         pooling = config.global_pool
     if pooling is not None:
         if pooling == "map":
-            x = MAPHead(config.num_heads, config.mlp_dim, layer_norm_epsilon=config.layer_norm_epsilon,
-                        activation=config.activation, dtype=dtype, name="MAPHead_0")(x)
+            x = _attention_pooling_head(config, dtype)(x)
         elif pooling == "token" and config.distilled and not include_top:
             x = TokenPooling("distilled", num_prefix_tokens=config.num_prefix_tokens,
                              dtype=policy_for(dtype, "pool"), name="pool")(x)

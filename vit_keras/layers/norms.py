@@ -17,7 +17,6 @@ from vit_keras.configs import NORMS
 from vit_keras.layers.checkpoint import plain
 
 
-
 @keras.saving.register_keras_serializable(package="vit_keras")
 class RMSNorm(keras.layers.Layer):
     """`x / sqrt(mean(x²) + epsilon) · scale` over the last axis, computed in float32 and cast back.

@@ -3,7 +3,8 @@
 Supported `model_type`s: `vit` (`ViTModel`, `ViTForImageClassification`: the pooler `tanh(dense(token))` is vit_jax's
 `pre_logits`), `dinov2` (`Dinov2Model`: LayerScale), `clip_vision_model` (`CLIPVisionModel`: `pre_layrnorm`,
 quick-GELU, `post_layernorm` on the class token only) and `siglip_vision_model` (`SiglipVisionModel`: no class
-token, `post_layernorm` on every token, the attention-pooling `head`). Each is a table of rules (`TABLES`, see
+token, `post_layernorm` on every token, the attention-pooling `head`); and the 2025-26 towers `dinov3_vit`,
+`ijepa` and `aimv2_vision_model` (`vit_keras.weights.hf_families`). Each is a table of rules (`TABLES`, see
 `vit_keras.weights.rules`) onto the canonical vit_jax names, plus a partial `ViTConfig` read off `config.json`;
 errors name the file and the key, and a tensor the config promises but the file lacks is refused, never invented.
 
@@ -17,7 +18,7 @@ import os
 
 import numpy as np
 
-from vit_keras.weights import hub, json_config, rules, schema
+from vit_keras.weights import hf_families, hub, json_config, rules, schema
 from vit_keras.weights.safetensors_io import read_safetensors
 
 CONFIG_NAME = "config.json"
@@ -27,7 +28,7 @@ PICKLE_NAMES = ("pytorch_model.bin", "model.bin", "pytorch_model.pt")
 # hidden_act values -> ViTConfig.activation (HF's "gelu" is exact erf; the tanh forms are the approximations).
 _HIDDEN_ACTS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                 "gelu_fast": "gelu_tanh", "quick_gelu": "quick_gelu"}
-MODEL_TYPES = ("vit", "dinov2", "clip_vision_model", "siglip_vision_model")
+MODEL_TYPES = ("vit", "dinov2", "clip_vision_model", "siglip_vision_model", *hf_families.MODEL_TYPES)
 
 
 # The tables of the supported model types (transformers 5.x modeling_vit / _dinov2 / _clip / _siglip; see `rules`).
@@ -123,11 +124,15 @@ def read_config(path: str) -> dict:
     file = os.path.join(path, CONFIG_NAME)
     config = json_config.load(file)
     model_type = json_config.require(config, "model_type", str, file, default="vit")
-    if model_type in ("clip", "siglip") and isinstance(config.get("vision_config"), dict):
+    towers = {"clip": "CLIPVisionModel", "siglip": "SiglipVisionModel", "aimv2": "Aimv2VisionModel"}
+    if model_type in towers and isinstance(config.get("vision_config"), dict):
         raise ValueError(f"{path!r} holds a whole {model_type} model (text and vision); save its vision tower "
-                         f"({'CLIP' if model_type == 'clip' else 'Siglip'}VisionModel) and load that directory.")
+                         f"({towers[model_type]}) and load that directory.")
     if model_type not in MODEL_TYPES:
         raise ValueError(f"{path!r} holds a {model_type!r} model; vit_keras reads Hugging Face {MODEL_TYPES}.")
+    if model_type in hf_families.FAMILIES:  # checked by its own keys (architecture)
+        hf_families.architecture(config, file)
+        return config
     act = json_config.require(config, "hidden_act", str, file, default="gelu")
     if act not in _HIDDEN_ACTS:
         raise ValueError(f"{file!r}: hidden_act {act!r} is not a GELU; vit_keras supports {sorted(_HIDDEN_ACTS)}.")
@@ -148,6 +153,8 @@ def architecture(config: dict, path: str) -> dict:
     """
     file = os.path.join(path, CONFIG_NAME)
     model_type = config.get("model_type", "vit")
+    if model_type in hf_families.FAMILIES:
+        return hf_families.architecture(config, file)
     # save_pretrained always writes the sizes; a config without them is refused by name rather than given
     # transformers' class defaults, which would only surface later as shape mismatches.
     hidden = json_config.require(config, "hidden_size", int, file, positive=True)
@@ -232,6 +239,10 @@ def canonicalize(tensors: dict[str, np.ndarray], config: dict, *, source: str | 
     """
     source = rules.source_name(tensors, source)
     model_type = config.get("model_type", "vit")
+    if model_type in hf_families.FAMILIES:
+        fields = hf_families.architecture(config, os.path.join(os.path.dirname(source), CONFIG_NAME))
+        table, switches = hf_families.table_and_switches(config, os.path.join(os.path.dirname(source), CONFIG_NAME))
+        return rules.apply_table(table, tensors, num_heads=fields["num_heads"], source=source, switches=switches)
     if model_type not in TABLES:
         raise ValueError(f"{source}: a {model_type!r} model; vit_keras reads Hugging Face {MODEL_TYPES}.")
     fields = architecture(config, os.path.dirname(source))

@@ -120,8 +120,9 @@ def _check_complete(config, params):
 def _common_refusals(config, target: str, fix: str):
     if config.resnet is not None:
         _refuse(f"{target} has no ResNet-hybrid ViT layout that vit_keras writes", "keep the .keras file")
-    parts = {field: getattr(config, field) for field, plain in (("rope", None), ("mlp", "gelu"), ("norm", "layernorm"))
-             if getattr(config, field) != plain}
+    plain_parts = (("rope", None), ("mlp", "gelu"), ("norm", "layernorm"), ("patch_norm", None),
+                   ("map_head", "big_vision"))
+    parts = {field: getattr(config, field) for field, plain in plain_parts if getattr(config, field) != plain}
     if parts:
         # The plain ViT layouts written here would drop these parts and give another function.
         _refuse(f"vit_keras writes {target} files for the plain ViT block; this model has {parts}",
