@@ -121,6 +121,14 @@ def test_ijepa_parity_at_other_and_non_square_sizes(tmp_path):
     # interpolate_pos_encoding: transformers' bicubic resampling of the table, which from_pretrained matches.
     _parity(reference, directory, SIZES, None, "last_hidden_state",
             interpolate_pos_encoding=lambda h, w: (h, w) != (32, 32))
+    # IJepaForImageClassification: its classifier reads the mean of every token (global_pool="avg").
+    classifier = transformers.IJepaForImageClassification(transformers.IJepaConfig(**TINY_HF, num_labels=5))
+    directory = _save(classifier, tmp_path / "classifier", seed=6)
+    x = np.random.default_rng(8).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
+    with torch.no_grad():
+        expected = classifier(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).logits.numpy()
+    model = vit_keras.from_pretrained(directory, include_preprocessing=False, classifier_activation=None)
+    _check(_run(model, x), expected)
 
 
 def test_aimv2_parity(tmp_path):

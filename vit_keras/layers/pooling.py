@@ -123,7 +123,7 @@ class AttentionPoolingHead(SublayerPolicies, keras.layers.Layer):
     value and output projections of `MultiHeadDotProductAttention_0`, in vit_jax's per-head layouts.
 
     Example:
-        >>> AttentionPoolingHead(num_heads=2)(keras.ops.ones((2, 5, 8))).shape
+        >>> tuple(AttentionPoolingHead(num_heads=2)(keras.ops.ones((2, 5, 8))).shape)
         (2, 8)
     """
 

@@ -13,7 +13,7 @@ the config says is there and the file lacks is refused (`rules`' `bias` switches
 
 Example:
     >>> architecture({"model_type": "ijepa", "hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 3,
-    ...               "patch_size": 8, "image_size": 32}, "config.json")["global_pool"]
+    ...               "intermediate_size": 96, "patch_size": 8}, "config.json")["global_pool"]
     'avg'
 """
 
@@ -184,7 +184,7 @@ def _dinov3_table(gated: bool, qkv_bias: bool, mlp_bias: bool) -> rules.Table:
 
 
 def _dinov3_fields_table(fields: Mapping) -> rules.Table:
-    return _dinov3_table(fields["mlp"] != "gelu", fields["qkv_bias"], fields.pop("_mlp_bias"))
+    return _dinov3_table(fields["mlp"] != "gelu", fields["qkv_bias"], fields["_mlp_bias"])
 
 
 DINOV3 = Family(
