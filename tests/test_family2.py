@@ -100,7 +100,8 @@ def _parity(reference, directory, sizes, pooling, output, **forward):
 
 
 DINOV3 = {
-    "mlp_registers": dict(num_register_tokens=2),
+    # A plain MLP without biases and no query bias: zeros in vit_keras' bias slots, the same function.
+    "mlp_registers": dict(num_register_tokens=2, mlp_bias=False, query_bias=False),
     # SwiGLU without biases, a key bias, no output-projection bias, no registers (an empty register_tokens), θ 50.
     "swiglu_key_bias": dict(use_gated_mlp=True, hidden_act="silu", mlp_bias=False, key_bias=True, proj_bias=False,
                             num_register_tokens=0, rope_theta=50.0),
