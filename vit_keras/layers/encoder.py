@@ -71,8 +71,8 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
     `num_register_tokens` registers (`reg`). `no_embed_class=True` gives the learned 1-D table rows for the patches
     only and joins the prefix tokens after the addition (DINOv2 with registers, big_vision). `patch_norm`
     (`"layernorm"` or `"rmsnorm"`, with `norm_epsilon`) normalises each projected patch before the position
-    embeddings are added (AIMv2), declared as `patch_norm`. `architecture` is the
-    whole model's `ViTConfig.to_dict()`, kept here so that a saved model carries its architecture.
+    embeddings are added (AIMv2), declared as `patch_norm`. `architecture` is the whole model's
+    `ViTConfig.to_dict()`, kept here so that a saved model carries its architecture.
 
     Given a patch grid `(batch, gh, gw, P·P·C)` (`Patches(flatten=False)`, a model built for any image size)
     instead of flattened patches, the layer takes any grid: the stored `grid_size` table is resampled inside the
