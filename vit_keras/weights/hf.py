@@ -240,9 +240,7 @@ def canonicalize(tensors: dict[str, np.ndarray], config: dict, *, source: str | 
     source = rules.source_name(tensors, source)
     model_type = config.get("model_type", "vit")
     if model_type in hf_families.FAMILIES:
-        fields = hf_families.architecture(config, os.path.join(os.path.dirname(source), CONFIG_NAME))
-        table, switches = hf_families.table_and_switches(config, os.path.join(os.path.dirname(source), CONFIG_NAME))
-        return rules.apply_table(table, tensors, num_heads=fields["num_heads"], source=source, switches=switches)
+        return hf_families.canonicalize(tensors, config, source, os.path.join(os.path.dirname(source), CONFIG_NAME))
     if model_type not in TABLES:
         raise ValueError(f"{source}: a {model_type!r} model; vit_keras reads Hugging Face {MODEL_TYPES}.")
     fields = architecture(config, os.path.dirname(source))

@@ -337,3 +337,25 @@ def table_and_switches(config: dict, file: str) -> tuple[rules.Table, dict[str, 
     fields.update(_EXTRA_FIELDS.get(config["model_type"], lambda c, f: {})(config, file))
     switches = family.switches(config, file, fields)
     return family.table(fields), switches
+
+
+def canonicalize(tensors, config: dict, source: str, file: str) -> dict[str, np.ndarray]:
+    """The canonical arrays of `tensors` (read from `source`) for the model config.json (`file`) describes; a
+    tensor the config rules out, one it needs and the file lacks, or registers of another count are refused by
+    their transformers key.
+
+    Example:
+        >>> params = canonicalize(read_safetensors("model.safetensors"), config, "model.safetensors",
+        ...                       "config.json")  # doctest: +SKIP
+    """
+    fields = architecture(config, file)
+    table, switches = table_and_switches(config, file)
+    params = rules.apply_table(table, tensors, num_heads=fields["num_heads"], source=source, switches=switches)
+    registers, expected = (params["reg"].shape[1] if "reg" in params else 0), fields.get("num_register_tokens", 0)
+    if registers != expected:
+        found = [key for key in tensors if key.endswith("register_tokens")]
+        what = f"{found[0]} has shape {tuple(tensors[found[0]].shape)}" if found else "the file has no register tokens"
+        raise ValueError(f"{source}: {what}, but {file!r} says num_register_tokens={expected} (shape (1, {expected}, "
+                         f"{fields['hidden_size']})); nothing was loaded. Check that the file and its config describe "
+                         "the same model.")
+    return params
