@@ -142,6 +142,17 @@ def test_aimv2_parity(tmp_path):
     _parity(native, _save(native, tmp_path / "native", seed=5), SIZES, "map", "pooler_output")
 
 
+def test_aimv2_whole_model_reads_its_vision_tower(tmp_path):
+    """A whole Aimv2Model directory: its vision_config and vision_model.* tensors, the text tower and the
+    projections left out; the output is the vision tower's pooler_output."""
+    config = transformers.Aimv2Config(
+        vision_config=TINY_HF, projection_dim=16,
+        text_config=dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=8, eos_token_id=1))
+    whole = transformers.Aimv2Model(config)
+    _parity(whole.vision_model, _save(whole, tmp_path, seed=9), SIZES[:1], "map", "pooler_output")
+
+
 # ---- config and tensors that disagree: refused by key (and shapes), nothing loaded
 
 
@@ -193,9 +204,6 @@ def test_aimv2_and_ijepa_refusals_name_the_key(tmp_path):
     # The file's k/v/q projections have no biases: a config with qkv_bias=True is refused by key.
     with pytest.raises(ValueError, match=r"encoder\.layers\.0\.attention\.q_proj\.bias \(the config says qkv_bias"):
         vit_keras.from_pretrained(_fixture_copy("hf_aimv2", tmp_path / "b", qkv_bias=True), include_top=False)
-    whole = _fixture_copy("hf_aimv2", tmp_path / "c", model_type="aimv2", vision_config={"hidden_size": 48})
-    with pytest.raises(ValueError, match="whole aimv2 model.*Aimv2VisionModel"):
-        vit_keras.from_pretrained(whole)
     pooled = transformers.IJepaModel(transformers.IJepaConfig(**TINY_HF), add_pooling_layer=True)
     with pytest.raises(ValueError, match=r"first patch token.*'pooler\.dense\.(weight|bias)'"):
         vit_keras.from_pretrained(_save(pooled, tmp_path / "d", seed=2), include_top=False)

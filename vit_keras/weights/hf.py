@@ -4,9 +4,10 @@ Supported `model_type`s: `vit` (`ViTModel`, `ViTForImageClassification`: the poo
 `pre_logits`), `dinov2` (`Dinov2Model`: LayerScale), `clip_vision_model` (`CLIPVisionModel`: `pre_layrnorm`,
 quick-GELU, `post_layernorm` on the class token only) and `siglip_vision_model` (`SiglipVisionModel`: no class
 token, `post_layernorm` on every token, the attention-pooling `head`); and the 2025-26 towers `dinov3_vit`,
-`ijepa` and `aimv2_vision_model` (`vit_keras.weights.hf_families`). Each is a table of rules (`TABLES`, see
-`vit_keras.weights.rules`) onto the canonical vit_jax names, plus a partial `ViTConfig` read off `config.json`;
-errors name the file and the key, and a tensor the config promises but the file lacks is refused, never invented.
+`ijepa`, `aimv2_vision_model` and the vision tower of `aimv2` (`vit_keras.weights.hf_families`). Each is a table
+of rules (`TABLES`, see `vit_keras.weights.rules`) onto the canonical vit_jax names, plus a partial `ViTConfig` read
+off `config.json`; errors name the file and the key, and a tensor the config promises but the file lacks is refused,
+never invented.
 
 Example:
     >>> params, fields = read_hf_dir("vit-base-patch16-224")  # doctest: +SKIP
@@ -124,13 +125,13 @@ def read_config(path: str) -> dict:
     file = os.path.join(path, CONFIG_NAME)
     config = json_config.load(file)
     model_type = json_config.require(config, "model_type", str, file, default="vit")
-    towers = {"clip": "CLIPVisionModel", "siglip": "SiglipVisionModel", "aimv2": "Aimv2VisionModel"}
+    towers = {"clip": "CLIPVisionModel", "siglip": "SiglipVisionModel"}
     if model_type in towers and isinstance(config.get("vision_config"), dict):
         raise ValueError(f"{path!r} holds a whole {model_type} model (text and vision); save its vision tower "
                          f"({towers[model_type]}) and load that directory.")
     if model_type not in MODEL_TYPES:
         raise ValueError(f"{path!r} holds a {model_type!r} model; vit_keras reads Hugging Face {MODEL_TYPES}.")
-    if model_type in hf_families.FAMILIES:  # checked by its own keys (architecture)
+    if model_type in hf_families.MODEL_TYPES:  # checked by its own keys (architecture)
         hf_families.architecture(config, file)
         return config
     act = json_config.require(config, "hidden_act", str, file, default="gelu")
@@ -153,7 +154,7 @@ def architecture(config: dict, path: str) -> dict:
     """
     file = os.path.join(path, CONFIG_NAME)
     model_type = config.get("model_type", "vit")
-    if model_type in hf_families.FAMILIES:
+    if model_type in hf_families.MODEL_TYPES:
         return hf_families.architecture(config, file)
     # save_pretrained always writes the sizes; a config without them is refused by name rather than given
     # transformers' class defaults, which would only surface later as shape mismatches.
@@ -239,7 +240,7 @@ def canonicalize(tensors: dict[str, np.ndarray], config: dict, *, source: str | 
     """
     source = rules.source_name(tensors, source)
     model_type = config.get("model_type", "vit")
-    if model_type in hf_families.FAMILIES:
+    if model_type in hf_families.MODEL_TYPES:
         return hf_families.canonicalize(tensors, config, source, os.path.join(os.path.dirname(source), CONFIG_NAME))
     if model_type not in TABLES:
         raise ValueError(f"{source}: a {model_type!r} model; vit_keras reads Hugging Face {MODEL_TYPES}.")

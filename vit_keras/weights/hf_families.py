@@ -1,5 +1,6 @@
 """transformers' 2025-26 vision towers as data: DINOv3 (`dinov3_vit`: `DINOv3ViTModel`), I-JEPA (`ijepa`:
-`IJepaModel`, `IJepaForImageClassification`) and AIMv2 (`aimv2_vision_model`: `Aimv2VisionModel`).
+`IJepaModel`, `IJepaForImageClassification`) and AIMv2 (`aimv2_vision_model`: `Aimv2VisionModel`, or the vision
+tower of a whole `aimv2` `Aimv2Model`).
 
 Each model type is a `Family`: the `ViTConfig` fields every model of the type has, the config.json keys that set the
 others (`Key`: a key's value copied to a field, or mapped onto fields by a table of the values transformers
@@ -277,7 +278,7 @@ AIMV2_TABLE = rules.Table("Hugging Face aimv2_vision_model", (
     rules.Rule("head.k_proj", f"{schema.MAP_ATTENTION}/key", rules.HEADS_IN, bias="qkv_bias", part=_AIMV2_HEAD),
     rules.Rule("head.v_proj", f"{schema.MAP_ATTENTION}/value", rules.HEADS_IN, bias="qkv_bias", part=_AIMV2_HEAD),
     rules.Rule("head.output_proj", f"{schema.MAP_ATTENTION}/out", rules.HEADS_OUT, part=_AIMV2_HEAD),
-))
+), prefixes=("vision_model.",))  # the vision tower inside a whole Aimv2Model (see `vision_tower`)
 
 AIMV2 = Family(
     classes="Aimv2VisionModel",
@@ -301,7 +302,24 @@ AIMV2 = Family(
 )
 
 FAMILIES: dict[str, Family] = {"dinov3_vit": DINOV3, "ijepa": IJEPA, "aimv2_vision_model": AIMV2}
-MODEL_TYPES = tuple(FAMILIES)
+# Whole image-text models whose vision tower is one of FAMILIES: the tower's model type, and the other towers' tensors
+# (not part of the image features vit_keras computes: the tower's pooler_output, before any projection).
+WHOLE_MODELS = {"aimv2": ("aimv2_vision_model", ("text_model.", "text_projection.", "visual_projection.",
+                                                   "logit_scale"))}
+MODEL_TYPES = (*FAMILIES, *WHOLE_MODELS)
+
+
+def vision_tower(config: dict, file: str) -> dict:
+    """The config of the vision tower a config.json describes: itself, or a whole model's `vision_config`.
+
+    Example:
+        >>> vision_tower({"model_type": "aimv2", "vision_config": {"hidden_size": 48}}, "c")["model_type"]
+        'aimv2_vision_model'
+    """
+    if config["model_type"] not in WHOLE_MODELS:
+        return config
+    vision = json_config.require(config, "vision_config", dict, file)
+    return {**vision, "model_type": WHOLE_MODELS[config["model_type"]][0]}
 _EXTRA_FIELDS = {"dinov3_vit": _dinov3_fields}
 
 
@@ -315,6 +333,7 @@ def architecture(config: dict, file: str) -> dict:
         ...              "config.json")["map_head"]
         'aimv2'
     """
+    config = vision_tower(config, file)
     model_type = config["model_type"]
     fields = FAMILIES[model_type].fields(config, file)
     if model_type in _EXTRA_FIELDS:
@@ -332,6 +351,7 @@ def table_and_switches(config: dict, file: str) -> tuple[rules.Table, dict[str, 
         >>> switches["key_bias"], table.family
         (False, 'Hugging Face dinov3_vit')
     """
+    config = vision_tower(config, file)
     family = FAMILIES[config["model_type"]]
     fields = family.fields(config, file)
     fields.update(_EXTRA_FIELDS.get(config["model_type"], lambda c, f: {})(config, file))
@@ -348,6 +368,8 @@ def canonicalize(tensors, config: dict, source: str, file: str) -> dict[str, np.
         >>> params = canonicalize(read_safetensors("model.safetensors"), config, "model.safetensors",
         ...                       "config.json")  # doctest: +SKIP
     """
+    others = WHOLE_MODELS.get(config["model_type"], ("", ()))[1]
+    tensors = {key: value for key, value in tensors.items() if not key.startswith(others)}
     fields = architecture(config, file)
     table, switches = table_and_switches(config, file)
     params = rules.apply_table(table, tensors, num_heads=fields["num_heads"], source=source, switches=switches)
