@@ -4,13 +4,14 @@ tower of a whole `aimv2` `Aimv2Model`).
 
 Each model type is a `Family`: the `ViTConfig` fields every model of the type has, the config.json keys that set the
 others (`Key`: a key's value copied to a field, or mapped onto fields by a table of the values transformers
-builds, any other value refused by name) and its rule table (see
-`vit_keras.weights.rules`) over the names `save_pretrained` writes (transformers 5.23.0).
+builds, any other value refused by name) and its rule table (see `vit_keras.weights.rules`) over the names
+`save_pretrained` writes (transformers 5.23.0).
 
 Biases absent by architecture are read as zeros only where that is exactly the same function and vit_keras' part
 has the bias anyway: DINOv3's key projection (softmax is invariant to a key bias, which adds the same q·b_k to every
-logit of a row), and an output / MLP projection whose config says it has no bias (a zero bias adds nothing). A bias
-the config says is there and the file lacks is refused (`rules`' `bias` switches).
+logit of a row), and a projection whose config says it has no bias while vit_keras' part has one (a q or v beside
+the others' biases, an output projection, a plain MLP: a zero bias adds nothing). A bias the config says is there
+and the file lacks is refused (`rules`' `bias` switches).
 
 Example:
     >>> architecture({"model_type": "ijepa", "hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 3,
