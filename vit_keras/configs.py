@@ -78,6 +78,10 @@ MLPS = ("gelu", "swiglu", "swiglu_packed")
 NORMS = ("layernorm", "rmsnorm")
 ROPE_LAYOUTS = ("interleaved", "rotate_half", "mixed")
 ROPE_GRID_INDEXING = ("ij", "xy")
+# The attention-pooling heads `global_pool="map"` may be: big_vision's MAPHead (q/k/v/out projections, then
+# `+ MLP(LN)`; timm `AttentionPoolLatent`, SigLIP) or AIMv2's (the learned token is the query as it is; key, value
+# and output projections only).
+MAP_HEADS = ("big_vision", "aimv2")
 DEFAULT_IMAGE_SIZE = 224
 
 
@@ -143,6 +147,10 @@ class ViTConfig:
       learned frequencies). `rope_temperature` (None: the layout's θ), `rope_grid_offset` (PE: 1),
       `rope_ref_grid_size` (EVA-02 / PE / SBB: positions rescaled to the training grid) and `rope_grid_indexing`
       (`"ij"` or `"xy"`). It combines with any `position_embedding` (`"none"` for DINOv3 and RoPE-Mixed).
+    - `patch_norm` (None, `"layernorm"`, `"rmsnorm"`): a norm on each patch right after the patch projection, before
+      the position embeddings are added (AIMv2's RMSNorm), with `layer_norm_epsilon`.
+    - `map_head`: which attention-pooling head `global_pool="map"` is (`MAP_HEADS`): `"big_vision"` (MAPHead, timm
+      `AttentionPoolLatent`, SigLIP's `head`) or `"aimv2"` (transformers `Aimv2AttentionPoolingHead`).
     - `image_size=None`: the model takes any image size divisible by the patch size (by the total stride for
       hybrids) at call time. Its position embeddings are stored at `pos_grid` (default: the 224x224 grid; a
       checkpoint's own grid when loaded with one) and resampled inside the graph to each call's grid with
@@ -194,6 +202,8 @@ class ViTConfig:
     rope_grid_offset: float = 0.0
     rope_ref_grid_size: tuple[int, int] | None = None
     rope_grid_indexing: str = "ij"
+    patch_norm: str | None = None
+    map_head: str = "big_vision"
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -226,6 +236,11 @@ class ViTConfig:
         if self.map_num_heads is not None and self.hidden_size % self.map_num_heads:
             raise ValueError(f"`hidden_size` {self.hidden_size} is not divisible by `map_num_heads` "
                              f"{self.map_num_heads}; pick a divisor of hidden_size, or None for num_heads.")
+        if self.map_head not in MAP_HEADS:
+            raise ValueError(f"`map_head` must be one of {MAP_HEADS}, got {self.map_head!r}.")
+        if self.map_head != "big_vision" and self.global_pool != "map":
+            raise ValueError(f"`map_head={self.map_head!r}` describes an attention-pooling head, but global_pool is "
+                             f"{self.global_pool!r}; pass global_pool='map', or leave map_head at 'big_vision'.")
         if self.position_embedding not in POSITION_EMBEDDINGS:
             raise ValueError(
                 f"`position_embedding` must be one of {POSITION_EMBEDDINGS}, got {self.position_embedding!r}."
@@ -273,6 +288,8 @@ class ViTConfig:
                              "'swiglu_packed', or leave them at None and True.")
         if self.norm not in NORMS:
             raise ValueError(f"`norm` must be one of {NORMS}, got {self.norm!r}.")
+        if self.patch_norm is not None and self.patch_norm not in NORMS:
+            raise ValueError(f"`patch_norm` must be None or one of {NORMS}, got {self.patch_norm!r}.")
         if self.rope_grid_indexing not in ROPE_GRID_INDEXING:
             raise ValueError(
                 f"`rope_grid_indexing` must be one of {ROPE_GRID_INDEXING}, got {self.rope_grid_indexing!r}.")

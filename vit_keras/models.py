@@ -24,7 +24,7 @@ from vit_keras.layers import ImageSizeCheck, MAPHead, PatchEncoder, Patches, Res
 from vit_keras.layers.dtypes import check_model_dtype, policy_for
 from vit_keras.layers.flexible import FlexiblePatchEncoder, TokenMask, flexible_inputs
 from vit_keras.layers.norms import norm_layer
-from vit_keras.layers.pooling import POOLINGS
+from vit_keras.layers.pooling import POOLINGS, AttentionPoolingHead
 from vit_keras.layers.rope import RotaryEmbedding2D
 from vit_keras.model_class import VisionTransformer
 from vit_keras.model_config import config_of  # noqa: F401 (re-exported: vit_keras.models.config_of)
@@ -222,6 +222,15 @@ def _rope_tables(config: ViTConfig, patches):
     return layer(patches)
 
 
+def _attention_pooling_head(config: ViTConfig, dtype):
+    """The architecture's attention-pooling head (`config.map_head`), named `MAPHead_0` whichever it is."""
+    if config.map_head == "aimv2":
+        return AttentionPoolingHead(config.num_heads, qkv_bias=config.qkv_bias, dtype=dtype, name="MAPHead_0")
+    return MAPHead(config.map_num_heads or config.num_heads, config.map_mlp_dim or config.mlp_dim,
+                   layer_norm_epsilon=config.layer_norm_epsilon, activation=config.activation, dtype=dtype,
+                   name="MAPHead_0")
+
+
 def build_vit(
     config: ViTConfig,
     *,
@@ -308,9 +317,7 @@ def build_vit(
     masked = {} if token_mask is None else {"token_mask": token_mask}
     if pooling is not None:
         if pooling == "map":
-            x = MAPHead(config.map_num_heads or config.num_heads, config.map_mlp_dim or config.mlp_dim,
-                        layer_norm_epsilon=config.layer_norm_epsilon,
-                        activation=config.activation, dtype=dtype, name="MAPHead_0")(x, **masked)
+            x = _attention_pooling_head(config, dtype)(x, **masked)
         elif pooling == "token" and config.distilled and not include_top:
             x = TokenPooling("distilled", num_prefix_tokens=config.num_prefix_tokens,
                              dtype=policy_for(dtype, "pool"), name="pool")(x)
@@ -358,6 +365,8 @@ def _encoder_arguments(config: ViTConfig, dtype) -> dict:
         patch_bias=config.patch_bias,
         architecture=config.to_dict(),
         pos_interpolation=config.pos_interpolation,
+        patch_norm=config.patch_norm,
+        norm_epsilon=config.layer_norm_epsilon,
         dtype=dtype,
         name="patch_encoder",
     )
@@ -397,6 +406,9 @@ def _flexible_stem(config: ViTConfig, input_tensor, input_size, channels, includ
         # Each image of a NaFlex batch has its own grid, so its own RoPE tables: not built yet.
         raise ValueError(f"flexible=True is not available for RoPE models (rope={config.rope!r}) yet; build the "
                          "model with image_size=None for any size, one size per batch.")
+    if config.map_head != "big_vision":
+        raise ValueError(f"flexible=True masks the padding out of the big_vision MAP head only; map_head="
+                         f"{config.map_head!r} is not available in flexible form yet.")
     if config.resnet is not None:
         raise ValueError("flexible=True cuts the images into patches outside the model; a hybrid's ResNet stem needs "
                          "whole images. Use a plain ViT, or flexible=False.")

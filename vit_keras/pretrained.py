@@ -46,10 +46,11 @@ def from_pretrained(
 
     `source`: a timm Hugging Face-style directory (`config.json` with `architecture`, `model_args`,
     `pretrained_cfg` + `model.safetensors`), a transformers `save_pretrained` directory (`ViTModel`,
-    `ViTForImageClassification`, `Dinov2Model`, `CLIPVisionModel`, `SiglipVisionModel`), a Google `.npz` (incl.
-    big_vision MAP heads), a registered name such as `"B/16:imagenet21k+imagenet2012"`, a URL of one of them, or a
-    Hugging Face hub id of the directories (`"hf-hub:ORG/NAME"` or `"hf://ORG/NAME"`, `revision=` or `@REVISION` to
-    pin a branch, tag or commit, `token=` for gated repositories; see `vit_keras.weights.hub`).
+    `ViTForImageClassification`, `Dinov2Model`, `CLIPVisionModel`, `SiglipVisionModel`, `DINOv3ViTModel`,
+    `IJepaModel`, `IJepaForImageClassification`, `Aimv2VisionModel` or an `Aimv2Model`'s vision tower), a Google
+    `.npz` (incl. big_vision MAP heads), a registered name such as `"B/16:imagenet21k+imagenet2012"`, a URL of one
+    of them, or a Hugging Face hub id of the directories (`"hf-hub:ORG/NAME"` or `"hf://ORG/NAME"`, `revision=` or
+    `@REVISION` to pin a branch, tag or commit, `token=` for gated repositories; see `vit_keras.weights.hub`).
 
     Overrides: `image_size` (int or (h, w); the position embeddings are resampled: `interpolation=None` uses the
     source library's own — timm: antialiased bicubic as `resample_abs_pos_embed`, transformers: bicubic as

@@ -7,9 +7,10 @@ import numpy as np
 from keras import ops
 
 from vit_keras.configs import POSITION_EMBEDDINGS
-from vit_keras.layers.checkpoint import CheckpointVariable, plain
+from vit_keras.layers.checkpoint import CheckpointVariable, nested, plain
 from vit_keras.layers.dtypes import SublayerPolicies
 from vit_keras.layers.interpolation import check_grid_interpolation, resample_grid
+from vit_keras.layers.norms import NORMS, norm_layer
 
 CLASSIFIERS = ("token", "gap")
 POS_EMBEDDING_NAME = "Transformer/posembed_input/pos_embedding"
@@ -68,8 +69,10 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
 
     The family's prefix tokens follow the class token in timm's order: a DeiT distillation token (`dist`) and
     `num_register_tokens` registers (`reg`). `no_embed_class=True` gives the learned 1-D table rows for the patches
-    only and joins the prefix tokens after the addition (DINOv2 with registers, big_vision). `architecture` is the
-    whole model's `ViTConfig.to_dict()`, kept here so that a saved model carries its architecture.
+    only and joins the prefix tokens after the addition (DINOv2 with registers, big_vision). `patch_norm`
+    (`"layernorm"` or `"rmsnorm"`, with `norm_epsilon`) normalises each projected patch before the position
+    embeddings are added (AIMv2), declared as `patch_norm`. `architecture` is the whole model's
+    `ViTConfig.to_dict()`, kept here so that a saved model carries its architecture.
 
     Given a patch grid `(batch, gh, gw, P·P·C)` (`Patches(flatten=False)`, a model built for any image size)
     instead of flattened patches, the layer takes any grid: the stored `grid_size` table is resampled inside the
@@ -98,9 +101,13 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         patch_bias: bool = True,
         architecture: dict | None = None,
         pos_interpolation: str = "linear",
+        patch_norm: str | None = None,
+        norm_epsilon: float = 1e-6,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if patch_norm is not None and patch_norm not in NORMS:
+            raise ValueError(f"`patch_norm` must be None or one of {NORMS}, got {patch_norm!r}.")
         if classifier not in CLASSIFIERS:
             raise ValueError(f"`classifier` must be one of {CLASSIFIERS}, got {classifier!r}.")
         if position_embedding not in POSITION_EMBEDDINGS:
@@ -135,6 +142,10 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
             name="embedding",
         )
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy, name="dropout")
+        self.patch_norm_kind = patch_norm
+        self.norm_epsilon = float(norm_epsilon)
+        self.patch_norm = None if patch_norm is None else norm_layer(
+            patch_norm, self.norm_epsilon, dtype=self.dtype_policy, name="patch_norm")
         self._fixed_table = None
 
     def build(self, input_shape):
@@ -147,6 +158,8 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
                 f"got {input_shape[1]}."
             )
         self.embedding.build(input_shape)
+        if self.patch_norm is not None:
+            self.patch_norm.build((*input_shape[:-1], self.hidden_size))
         if self.classifier == "token":
             self.cls = self.add_weight(name="cls", shape=(1, 1, self.hidden_size), initializer="zeros")
         if self.distilled:
@@ -204,9 +217,14 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
             return ops.reshape(ops.convert_to_tensor(self._fixed_table), (gh, gw, self.hidden_size))
         return None
 
+    def _embed(self, patches):
+        """The patch projection, and the patch norm right after it when there is one."""
+        x = self.embedding(patches)
+        return x if self.patch_norm is None else self.patch_norm(x)
+
     def _call_grid(self, patches, training):
         """Any patch grid `(batch, gh, gw, P·P·C)`: the stored table resampled to it, then the tokens as usual."""
-        x = self.embedding(patches)
+        x = self._embed(patches)
         grid = tuple(ops.shape(x)[axis] if x.shape[axis] is None else int(x.shape[axis]) for axis in (1, 2))
         table = self.patch_position_embeddings(grid)
         if table is not None:
@@ -228,7 +246,7 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
     def call(self, patches, training=None):
         if len(patches.shape) == 4:
             return self._call_grid(patches, training)
-        x = self.embedding(patches)
+        x = self._embed(patches)
         embed_after_join = self.position_embedding == "learned_1d" and self.num_embedded_prefix_tokens
         if self.position_embedding == "learned_1d":
             pos_patches = None if embed_after_join else self.pos_embedding
@@ -258,6 +276,8 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
             lambda a, shape=(p, p, channels, kernel.shape[1]): a.reshape(shape))}
         if self.patch_bias:
             out["embedding/bias"] = plain(self.embedding.bias)
+        if self.patch_norm is not None:
+            out.update(nested("patch_norm", self.patch_norm))
         if self.classifier == "token":
             out["cls"] = plain(self.cls)
         if self.distilled:
@@ -295,4 +315,6 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
             "patch_bias": self.patch_bias,
             "architecture": self.architecture,
             "pos_interpolation": self.pos_interpolation,
+            "patch_norm": self.patch_norm_kind,
+            "norm_epsilon": self.norm_epsilon,
         }

@@ -155,7 +155,7 @@ class FlexiblePatchEncoder(PatchEncoder):
         values = _concrete_values(patches, grid, mask)
         if values is not None:
             check_flexible_inputs(*values, features=int(self.embedding.kernel.shape[0]))
-        x = self.embedding(patches)
+        x = self._embed(patches)
         grid = ops.cast(grid, "int32")
         if values is None:
             x = _graph_checks(x, grid, mask)

@@ -122,3 +122,65 @@ class MAPHead(SublayerPolicies, keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "num_heads": self.num_heads, "mlp_dim": self.mlp_dim,
                 "layer_norm_epsilon": self.layer_norm_epsilon, "activation": self.activation}
+
+
+@keras.saving.register_keras_serializable(package="vit_keras")
+class AttentionPoolingHead(SublayerPolicies, keras.layers.Layer):
+    """AIMv2's attention pooling: a learned token is the query (as it is, no query projection) of one multi-head
+    attention over the tokens' key and value projections, then an output projection.
+
+    transformers `Aimv2AttentionPoolingHead`: `softmax(q·kᵀ/√d_h) v` per head with `q` the learned `cls_token` split
+    into heads, then `output_proj` (with its bias); the key/value projections have biases when `qkv_bias`. No norm
+    and no MLP, unlike `MAPHead`. It fills the same checkpoint slot as `MAPHead` (`MAPHead_0`): `probe` and the key,
+    value and output projections of `MultiHeadDotProductAttention_0`, in vit_jax's per-head layouts.
+
+    Example:
+        >>> tuple(AttentionPoolingHead(num_heads=2)(keras.ops.ones((2, 5, 8))).shape)
+        (2, 8)
+    """
+
+    def __init__(self, num_heads: int, qkv_bias: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.qkv_bias = bool(qkv_bias)
+
+    def build(self, input_shape):
+        hidden_size = input_shape[-1]
+        if hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {hidden_size} is not divisible by num_heads {self.num_heads}.")
+        head_dim = hidden_size // self.num_heads
+        self.probe = self.add_weight(name="probe", shape=(1, 1, hidden_size),
+                                     initializer=keras.initializers.RandomNormal(stddev=0.02))
+
+        def projection(name):
+            return keras.layers.EinsumDense("btd,dhe->bthe", output_shape=(None, self.num_heads, head_dim),
+                                            bias_axes="he" if self.qkv_bias else None,
+                                            kernel_initializer="glorot_uniform", dtype=self.dtype_policy, name=name)
+
+        self.key_dense, self.value_dense = projection("key"), projection("value")
+        self.output_dense = keras.layers.EinsumDense("bhe,hed->bd", output_shape=(hidden_size,), bias_axes="d",
+                                                     kernel_initializer="glorot_uniform", dtype=self.dtype_policy,
+                                                     name="out")
+        self.key_dense.build(input_shape)
+        self.value_dense.build(input_shape)
+        self.output_dense.build((input_shape[0], self.num_heads, head_dim))
+
+    def call(self, x):
+        key, value = self.key_dense(x), self.value_dense(x)  # (batch, tokens, heads, head_dim)
+        head_dim = key.shape[-1]
+        query = ops.reshape(ops.cast(self.probe, x.dtype), (self.num_heads, head_dim))
+        logits = ops.einsum("he,bthe->bht", query, key) * ops.cast(head_dim ** -0.5, x.dtype)
+        weights = ops.softmax(logits, axis=-1)
+        return self.output_dense(ops.einsum("bht,bthe->bhe", weights, value))
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def checkpoint_variables(self):
+        out = {"probe": plain(self.probe)}
+        for name, dense in (("key", self.key_dense), ("value", self.value_dense), ("out", self.output_dense)):
+            out.update(nested(f"MultiHeadDotProductAttention_0/{name}", dense))
+        return out
+
+    def get_config(self):
+        return {**super().get_config(), "num_heads": self.num_heads, "qkv_bias": self.qkv_bias}

@@ -3,9 +3,11 @@
 Supported `model_type`s: `vit` (`ViTModel`, `ViTForImageClassification`: the pooler `tanh(dense(token))` is vit_jax's
 `pre_logits`), `dinov2` (`Dinov2Model`: LayerScale), `clip_vision_model` (`CLIPVisionModel`: `pre_layrnorm`,
 quick-GELU, `post_layernorm` on the class token only) and `siglip_vision_model` (`SiglipVisionModel`: no class
-token, `post_layernorm` on every token, the attention-pooling `head`). Each is a table of rules (`TABLES`, see
-`vit_keras.weights.rules`) onto the canonical vit_jax names, plus a partial `ViTConfig` read off `config.json`;
-errors name the file and the key, and a tensor the config promises but the file lacks is refused, never invented.
+token, `post_layernorm` on every token, the attention-pooling `head`); and the 2025-26 towers `dinov3_vit`,
+`ijepa`, `aimv2_vision_model` and the vision tower of `aimv2` (`vit_keras.weights.hf_families`). Each is a table
+of rules (`TABLES`, see `vit_keras.weights.rules`) onto the canonical vit_jax names, plus a partial `ViTConfig` read
+off `config.json`; errors name the file and the key, and a tensor the config promises but the file lacks is refused,
+never invented.
 
 Example:
     >>> params, fields = read_hf_dir("vit-base-patch16-224")  # doctest: +SKIP
@@ -17,7 +19,7 @@ import os
 
 import numpy as np
 
-from vit_keras.weights import hub, json_config, rules, schema
+from vit_keras.weights import hf_families, hub, json_config, rules, schema
 from vit_keras.weights.safetensors_io import read_safetensors
 
 CONFIG_NAME = "config.json"
@@ -27,7 +29,8 @@ PICKLE_NAMES = ("pytorch_model.bin", "model.bin", "pytorch_model.pt")
 # hidden_act values -> ViTConfig.activation (HF's "gelu" is exact erf; the tanh forms are the approximations).
 _HIDDEN_ACTS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                 "gelu_fast": "gelu_tanh", "quick_gelu": "quick_gelu"}
-MODEL_TYPES = ("vit", "dinov2", "clip_vision_model", "siglip_vision_model", "siglip2_vision_model")
+MODEL_TYPES = ("vit", "dinov2", "clip_vision_model", "siglip_vision_model", "siglip2_vision_model",
+               *hf_families.MODEL_TYPES)
 # SigLIP 2 NaFlex: no fixed image size; the position grid is resized per image with torch's antialiased bilinear.
 NAFLEX_MODEL_TYPES = ("siglip2_vision_model",)
 
@@ -142,6 +145,9 @@ def read_config(path: str) -> dict:
                          f"({tower}VisionModel) and load that directory.")
     if model_type not in MODEL_TYPES:
         raise ValueError(f"{path!r} holds a {model_type!r} model; vit_keras reads Hugging Face {MODEL_TYPES}.")
+    if model_type in hf_families.MODEL_TYPES:  # checked by its own keys (architecture)
+        hf_families.architecture(config, file)
+        return config
     act = json_config.require(config, "hidden_act", str, file, default="gelu")
     if act not in _HIDDEN_ACTS:
         raise ValueError(f"{file!r}: hidden_act {act!r} is not a GELU; vit_keras supports {sorted(_HIDDEN_ACTS)}.")
@@ -162,6 +168,8 @@ def architecture(config: dict, path: str) -> dict:
     """
     file = os.path.join(path, CONFIG_NAME)
     model_type = config.get("model_type", "vit")
+    if model_type in hf_families.MODEL_TYPES:
+        return hf_families.architecture(config, file)
     # save_pretrained always writes the sizes; a config without them is refused by name rather than given
     # transformers' class defaults, which would only surface later as shape mismatches.
     hidden = json_config.require(config, "hidden_size", int, file, positive=True)
@@ -258,6 +266,8 @@ def canonicalize(tensors: dict[str, np.ndarray], config: dict, *, source: str | 
     """
     source = rules.source_name(tensors, source)
     model_type = config.get("model_type", "vit")
+    if model_type in hf_families.MODEL_TYPES:
+        return hf_families.canonicalize(tensors, config, source, os.path.join(os.path.dirname(source), CONFIG_NAME))
     if model_type not in TABLES:
         raise ValueError(f"{source}: a {model_type!r} model; vit_keras reads Hugging Face {MODEL_TYPES}.")
     fields = architecture(config, os.path.dirname(source))

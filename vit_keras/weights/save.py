@@ -121,7 +121,7 @@ def _common_refusals(config, target: str, fix: str):
     if config.resnet is not None:
         _refuse(f"{target} has no ResNet-hybrid ViT layout that vit_keras writes", "keep the .keras file")
     plain_parts = (("rope", None), ("mlp", "gelu"), ("norm", "layernorm"), ("map_num_heads", None),
-                   ("map_mlp_dim", None))
+                   ("map_mlp_dim", None), ("patch_norm", None), ("map_head", "big_vision"))
     parts = {field: getattr(config, field) for field, plain in plain_parts if getattr(config, field) != plain}
     if parts:
         # The plain ViT layouts written here would drop these parts and give another function.

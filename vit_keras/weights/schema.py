@@ -62,7 +62,7 @@ def _attention(prefix: str) -> list[str]:
 # Every canonical name, as a template. Grouped by the layer that declares it (its `checkpoint_variables`).
 CANONICAL_NAMES: tuple[str, ...] = (
     # PatchEncoder
-    "embedding/kernel", "embedding/bias", "cls", "dist", "reg", POS_EMBEDDING,
+    "embedding/kernel", "embedding/bias", "cls", "dist", "reg", POS_EMBEDDING, *_names("patch_norm", _NORM),
     # the LayerNorm before the encoder (CLIP's ln_pre, timm's norm_pre)
     *_names("pre_norm", _NORM),
     # TransformerBlock
