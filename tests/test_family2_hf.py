@@ -241,3 +241,22 @@ def test_patch_norm_and_map_head_are_checked_and_not_saved_to_other_libraries(tm
             with pytest.raises(ValueError, match="plain ViT block"):
                 vit_keras.save_pretrained(model, str(tmp_path / target), format=target)
         assert not os.path.exists(tmp_path / "timm")
+
+
+def test_the_preprocessor_config_gives_the_models_normalisation(tmp_path):
+    """transformers keeps the training normalisation in preprocessor_config.json (DINOv3: ImageNet's mean/std): with
+    it beside the weights, the default model (include_preprocessing=True) takes [0, 255] images and gives the
+    reference output; a rescale factor other than 1/255 is refused by name."""
+    with open(os.path.join(FAMILY2, "hf_dinov3", "meta.json")) as f:
+        meta = json.load(f)
+    directory = tmp_path / "dinov3"
+    shutil.copytree(os.path.join(FAMILY2, "hf_dinov3", "checkpoint"), directory)
+    preprocessor = {"image_mean": meta["preprocess"]["mean"], "image_std": meta["preprocess"]["std"],
+                    "do_normalize": True, "rescale_factor": 1 / 255}
+    (directory / "preprocessor_config.json").write_text(json.dumps(preprocessor))
+    model = vit_keras.from_pretrained(str(directory), include_top=False, pooling="token")
+    x = np.load(os.path.join(FAMILY2, "hf_dinov3", "input.npy")).astype(np.float32)
+    _check(_run(model, x), np.load(os.path.join(FAMILY2, "hf_dinov3", "expected.npy")))
+    (directory / "preprocessor_config.json").write_text(json.dumps({**preprocessor, "rescale_factor": 1.0}))
+    with pytest.raises(ValueError, match="rescale_factor"):
+        vit_keras.from_pretrained(str(directory), include_top=False, pooling="token")

@@ -116,6 +116,7 @@ def _hf_info(directory) -> CheckpointInfo:
         classes=_shape_or_none(params, "head/bias"), representation_size=fields.get("representation_size"),
         source_grid=grid, reader=lambda num_heads: params, architecture=fields,
         default_interpolation="bilinear_antialias" if naflex else "bicubic", native_aspect=naflex,
+        normalization=hf.preprocessor_normalization(directory),
     )
 
 

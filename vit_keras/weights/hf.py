@@ -210,6 +210,31 @@ def _naflex_image_size(config: dict, file: str) -> tuple[int, int]:
     return side * patch, side * patch
 
 
+def preprocessor_normalization(path: str) -> tuple | None:
+    """The (mean, std) of a transformers directory's `preprocessor_config.json` (the normalisation its model was
+    trained with, on [0, 1] images), None when there is no such file. `do_normalize: false` is mean 0, std 1.
+
+    Example:
+        >>> preprocessor_normalization("/nonexistent") is None
+        True
+    """
+    file = os.path.join(path, hub.PREPROCESSOR_NAME)
+    if not os.path.isfile(file):
+        return None
+    config = json_config.load(file)
+    if config.get("do_normalize", True) is False:
+        return (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+    rescale = config.get("rescale_factor", 1 / 255)
+    if not isinstance(rescale, int | float) or abs(rescale * 255 - 1) > 1e-6:
+        raise ValueError(f"{file!r}: rescale_factor {rescale!r} is not 1/255; vit_keras models take [0, 255] images "
+                         "and scale them by 1/255 before the normalisation.")
+    mean = json_config.require(config, "image_mean", list, file)
+    std = json_config.require(config, "image_std", list, file)
+    if len(mean) != 3 or len(std) != 3 or not all(isinstance(v, int | float) for v in mean + std):
+        raise ValueError(f"{file!r}: image_mean and image_std must be 3 numbers each, got {mean!r}, {std!r}.")
+    return tuple(float(m) for m in mean), tuple(float(s) for s in std)
+
+
 def read_tensors(path: str) -> dict:
     """The tensors of an HF directory: its `model.safetensors`, or every shard a `model.safetensors.index.json`
     names (large transformers checkpoints are sharded); pickle-only directories are refused.

@@ -1,7 +1,8 @@
 """Checkpoints named by their Hugging Face hub id: `hf-hub:ORG/NAME` (timm's spelling) or `hf://ORG/NAME`
 (keras-hub's), optionally pinned with `@REVISION` (a branch, tag or commit).
 
-- Only what vit_keras reads is downloaded: `config.json` and `model.safetensors`, or a sharded checkpoint's
+- Only what vit_keras reads is downloaded: `config.json` (and transformers' `preprocessor_config.json`, when the
+  repository has one, for the normalisation) and `model.safetensors`, or a sharded checkpoint's
   `model.safetensors.index.json` and its shards; all from one commit. A repository with only pickle weights
   (`pytorch_model.bin`, ...) is refused, naming its files.
 - Files go into the Hugging Face cache (`$HF_HOME/hub`, or `cache_dir`), downloaded by `huggingface_hub` (resumable,
@@ -37,6 +38,7 @@ PREFIXES = ("hf-hub:", "hf://")
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
+PREPROCESSOR_NAME = "preprocessor_config.json"
 OFFLINE_ENV = "HF_HUB_OFFLINE"
 TOKEN_ENV = "HF_TOKEN"
 # Weights vit_keras refuses to download: pickle (PyTorch, fastai) and other code-carrying formats.
@@ -271,6 +273,9 @@ class _Fetcher:
                            "one.") from None
         snapshot = os.path.dirname(config)
         commit = os.path.basename(snapshot)  # <cache>/models--ORG--NAME/snapshots/<commit>/config.json
+        # transformers keeps the normalisation the model was trained with beside the weights; optional.
+        with contextlib.suppress(missing):
+            self.get(PREPROCESSOR_NAME, commit)
         try:
             self.get(WEIGHTS_NAME, commit)
             return snapshot
