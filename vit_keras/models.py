@@ -505,7 +505,7 @@ def ViT(
         flexible: a native-aspect-ratio ("NaFlex", SigLIP 2) model: its input is a dict of `patches` (batch, N,
             P·P·C), `grid` (batch, 2) int32 and `mask` (batch, N) for a batch of images of different sizes, each cut
             into its own grid of patches and padded (`vit_keras.images.naflex_patches`,
-            `vit_keras.data.naflex_map`); the position embeddings are stored at `pos_grid` and resized to each
+            `vit_keras.naflex_data.naflex_map`); the position embeddings are stored at `pos_grid` and resized to each
             image's grid with `pos_interpolation`, and the padding is masked out of attention and pooling.
         **architecture: the fields of `vit_keras.configs.ViTConfig` (`ViT(**kw)` builds `ViTConfig(**kw)`;
             `vit_keras.configs.config_fields()` lists them), e.g. `layer_scale`, `num_register_tokens`,
