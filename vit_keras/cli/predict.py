@@ -1,7 +1,8 @@
 """`vit-keras predict IMAGE...`: classify image files and print the top classes.
 
 Images are decoded and classified `--batch-size` at a time and each batch's classes are printed as soon as it is
-done, so memory stays flat however many images are given.
+done, so memory stays flat however many images are given (and, with glibc, however many cores run it: see
+`vit_keras.cli.memory`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import sys
 
 from vit_keras.cli.arguments import positive_int
 from vit_keras.cli.common import add_keras_model_argument, add_model_arguments, load_or_build_model
+from vit_keras.cli.memory import map_large_blocks
 
 
 def register(subparsers) -> None:
@@ -75,6 +77,7 @@ def run(args) -> int:
         raise ValueError("--random-weights contradicts --weights and --keras-model; pass one of them.")
     if args.keras_model is not None and args.weights is not None:
         raise ValueError("--keras-model already holds its weights; pass --weights only with --model.")
+    map_large_blocks()  # before the model's buffers and the first batch are allocated
     model = load_or_build_model(args)
     if args.random_weights:
         print("warning: --random-weights: the model is untrained, its predictions are meaningless", file=sys.stderr)

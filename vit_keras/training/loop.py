@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import os
-import shutil
-import tempfile
 
 import numpy as np
 
 from vit_keras import data
 from vit_keras.training import callbacks as cb
-from vit_keras.training.lock import output_dir_lock
 from vit_keras.training.optim import make_optimizer
+from vit_keras.training.run import RunDirectories, run_directory, run_settings
 from vit_keras.training.strategy import (
-    is_chief,
     plan_execution,
     prepare_keras_fit,
     select_strategy,
-    worker_index,
 )
 
 logger = logging.getLogger(__name__)
@@ -289,7 +284,6 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
         ...                validation_data="vit_keras_digits")  # doctest: +SKIP
     """
     import keras
-    import tensorflow as tf
 
     train_split, validation_split = _resolve_splits(train_data, validation_data, train_split, validation_split,
                                                     validation_fraction)
@@ -305,18 +299,12 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
                          validation_fraction=validation_fraction, data_dir=data_dir, num_classes=num_classes,
                          verbose=verbose, callbacks=callbacks)
     strategy, plan = execution_plan(config, strategy, tpu)
-    # One run per output directory (the chief writes it; other workers write private scratch directories).
-    with output_dir_lock(output_dir) if is_chief(strategy) else contextlib.nullcontext():
+    with run_directory(output_dir, strategy):
         train_split_data = _as_split(train_data, train_split, data_dir, num_classes)
         validation = None if validation_data is None else _as_split(validation_data, validation_split, data_dir,
                                                                      num_classes or train_split_data.num_classes)
 
-        keras.utils.set_random_seed(config.seed)
-        if config.deterministic:
-            tf.config.experimental.enable_op_determinism()
-        previous_policy = keras.config.dtype_policy()
-        keras.config.set_dtype_policy(plan.policy)
-        try:
+        with run_settings(config, plan):
             with strategy.scope():
                 model = build_model()
             classes = int(model.output_shape[-1])
@@ -338,29 +326,20 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
                 )
             return _fit(model, strategy, plan, config, train_split_data, validation, classes, (height, width),
                         output_dir, verbose, list(callbacks))
-        finally:
-            keras.config.set_dtype_policy(previous_policy)
 
 
 def _fit(model, strategy, plan, config, train_split_data, validation, classes, size, output_dir, verbose,
          extra_callbacks):
     import keras
-    import tensorflow as tf
 
-    chief = is_chief(strategy)
-    # Non-chief workers write into private scratch directories: their files are identical and would race.
-    work_dir = output_dir if chief else tempfile.mkdtemp(prefix=f"worker{worker_index(strategy)}_")
-    log_dir, checkpoint_dir = os.path.join(work_dir, "logs"), os.path.join(work_dir, "checkpoints")
-    backup_dir = os.path.join(output_dir, "backup") if chief else os.path.join(
-        output_dir, "backup", f"worker{worker_index(strategy)}")
-    tf.io.gfile.makedirs(log_dir)
+    dirs = RunDirectories.of(output_dir, strategy)
 
     sample = next(iter(data.eval_pipeline(train_split_data.dataset.take(config.log_images or 1), image_size=size,
                                           batch_size=max(config.log_images, 1), num_classes=classes, cache=False)))
     prepare_keras_fit(model, strategy, tuple(np.asarray(t) for t in sample))
 
     monitor = "val_accuracy" if validation is not None else "accuracy"
-    run = resume_run(model, config, checkpoint_dir, backup_dir, monitor, "max")
+    run = resume_run(model, config, dirs.checkpoint_dir, dirs.backup_dir, monitor, "max")
     micro_per_epoch, total_micro, start = run.micro_per_epoch, run.total_micro, run.start
     best_checkpoint, last_checkpoint, backup = run.best_checkpoint, run.last_checkpoint, run.backup
 
@@ -386,8 +365,8 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, s
         cb.StopOnNonFiniteLoss(learning_rate=config.learning_rate),
         # Per-epoch only: its batch axis restarts at 0 on every fit() (one per resume); TrainingMonitor writes
         # the batch curves keyed by optimizer updates instead.
-        keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch"),
-        cb.TrainingMonitor(log_dir, config.to_dict(), config.micro_batch_size, sample[0],
+        keras.callbacks.TensorBoard(log_dir=dirs.log_dir, update_freq="epoch"),
+        cb.TrainingMonitor(dirs.log_dir, config.to_dict(), config.micro_batch_size, sample[0],
                            every=max(micro_per_epoch // 10, 1)),
         # Before the backup, so that a backup taken at an epoch's end holds that epoch's best value.
         best_checkpoint,
@@ -402,7 +381,7 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, s
     metrics = {key: float(values[-1]) for key, values in history.items()}
     best_summary = best_checkpoint.summary()
     (logger.warning if best_checkpoint.earlier_best is not None else logger.info)(best_summary)
-    if chief:
+    if dirs.chief:
         results = json.dumps({"updates": updates, "metrics": metrics, "config": config.to_dict(),
                               "policy": plan.policy, "jit_compile": plan.jit_compile, "notes": list(plan.notes),
                               "best_checkpoint": {"monitor": monitor, "value": best_checkpoint.best,
@@ -410,6 +389,5 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, s
                              indent=2, default=str)
         write_text(os.path.join(output_dir, "results.json"), results)
     backup.discard()
-    if not chief:
-        shutil.rmtree(work_dir, ignore_errors=True)
+    dirs.remove_scratch()
     return TrainResult(model, history, metrics, updates, output_dir, plan)

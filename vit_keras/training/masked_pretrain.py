@@ -12,12 +12,9 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 
 import keras
 import numpy as np
@@ -26,11 +23,11 @@ from vit_keras import data
 from vit_keras.files import atomic_file
 from vit_keras.training import callbacks as cb
 from vit_keras.training.config import TrainConfig
-from vit_keras.training.lock import output_dir_lock
 from vit_keras.training.loop import execution_plan, fit_segments, resume_run, write_text
 from vit_keras.training.masked_patch import MaskedPatchModel
 from vit_keras.training.optim import make_optimizer
-from vit_keras.training.strategy import is_chief, prepare_keras_fit, worker_index
+from vit_keras.training.run import RunDirectories, run_directory, run_settings
+from vit_keras.training.strategy import prepare_keras_fit
 
 PAPER_STEPS, PAPER_WARMUP = 1_000_000, 10_000
 
@@ -168,26 +165,18 @@ def masked_patch_pretrain(build_encoder, train_data, config: TrainConfig | None 
         ...                            mlp_dim=192, classes=10)  # doctest: +SKIP
         >>> training.transfer_weights(result.encoder, classifier)  # doctest: +SKIP
     """
-    import tensorflow as tf
-
     from vit_keras.training.loop import _check_dropout, _check_model
 
     config = config or masked_patch()
     if not isinstance(config, TrainConfig):
         raise ValueError(f"`config` must be a TrainConfig (e.g. training.masked_patch(...)), got {type(config)}.")
     strategy, plan = execution_plan(config, strategy, tpu)
-    # One run per output directory (the chief writes it; other workers write private scratch directories).
-    with output_dir_lock(output_dir) if is_chief(strategy) else contextlib.nullcontext():
+    with run_directory(output_dir, strategy):
         train_images = image_split(train_data, train_split, data_dir=data_dir)
         validation = None if validation_data is None else image_split(validation_data, validation_split,
                                                                       data_dir=data_dir)
 
-        keras.utils.set_random_seed(config.seed)
-        if config.deterministic:
-            tf.config.experimental.enable_op_determinism()
-        previous_policy = keras.config.dtype_policy()
-        keras.config.set_dtype_policy(plan.policy)
-        try:
+        with run_settings(config, plan):
             with strategy.scope():
                 encoder = build_encoder()
                 if not isinstance(encoder, keras.Model):
@@ -199,19 +188,10 @@ def masked_patch_pretrain(build_encoder, train_data, config: TrainConfig | None 
                                          name="masked_patch_model")
                 model.compile(optimizer=make_optimizer(config), jit_compile=plan.jit_compile)
             return _fit(model, strategy, plan, config, train_images, validation, size, output_dir, verbose)
-        finally:
-            keras.config.set_dtype_policy(previous_policy)
 
 
 def _fit(model, strategy, plan, config, train_images, validation, size, output_dir, verbose):
-    import tensorflow as tf
-
-    chief = is_chief(strategy)
-    work_dir = output_dir if chief else tempfile.mkdtemp(prefix=f"worker{worker_index(strategy)}_")
-    log_dir, checkpoint_dir = os.path.join(work_dir, "logs"), os.path.join(work_dir, "checkpoints")
-    backup_dir = os.path.join(output_dir, "backup") if chief else os.path.join(
-        output_dir, "backup", f"worker{worker_index(strategy)}")
-    tf.io.gfile.makedirs(log_dir)
+    dirs = RunDirectories.of(output_dir, strategy)
 
     samples = max(config.log_images, 1)
     sample, _ = next(iter(data.eval_pipeline(train_images.dataset.take(samples), image_size=size,
@@ -220,7 +200,7 @@ def _fit(model, strategy, plan, config, train_images, validation, size, output_d
     prepare_keras_fit(model, strategy, (sample,))
 
     monitor = "val_loss" if validation is not None else "loss"
-    run = resume_run(model, config, checkpoint_dir, backup_dir, monitor, "min")
+    run = resume_run(model, config, dirs.checkpoint_dir, dirs.backup_dir, monitor, "min")
     micro_per_epoch, total_micro, start = run.micro_per_epoch, run.total_micro, run.start
     best_checkpoint, last_checkpoint, backup = run.best_checkpoint, run.last_checkpoint, run.backup
 
@@ -246,10 +226,10 @@ def _fit(model, strategy, plan, config, train_images, validation, size, output_d
     callbacks = [
         # First: it raises before any later callback of the same step can save diverged weights.
         cb.StopOnNonFiniteLoss(learning_rate=config.learning_rate),
-        keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch"),
-        cb.TrainingMonitor(log_dir, {**config.to_dict(), **_objective(model)}, config.micro_batch_size, sample,
+        keras.callbacks.TensorBoard(log_dir=dirs.log_dir, update_freq="epoch"),
+        cb.TrainingMonitor(dirs.log_dir, {**config.to_dict(), **_objective(model)}, config.micro_batch_size, sample,
                            every=max(micro_per_epoch // 10, 1)),
-        MaskedPatchFigure(log_dir, sample),
+        MaskedPatchFigure(dirs.log_dir, sample),
         best_checkpoint,
         last_checkpoint,
         backup,
@@ -259,7 +239,7 @@ def _fit(model, strategy, plan, config, train_images, validation, size, output_d
 
     updates = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
     metrics = {key: float(values[-1]) for key, values in history.items()}
-    if chief:
+    if dirs.chief:
         encoder_path = os.path.join(output_dir, "encoder.keras")
         if "://" in encoder_path:  # GCS and other remote file systems: Keras writes through tf.io.gfile
             model.encoder.save(encoder_path)
@@ -271,8 +251,7 @@ def _fit(model, strategy, plan, config, train_images, validation, size, output_d
              "policy": plan.policy, "jit_compile": plan.jit_compile, "notes": list(plan.notes)},
             indent=2, default=str))
     backup.discard()
-    if not chief:
-        shutil.rmtree(work_dir, ignore_errors=True)
+    dirs.remove_scratch()
     return MaskedPatchResult(model, model.encoder, history, metrics, updates, output_dir, plan)
 
 
