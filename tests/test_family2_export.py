@@ -1,0 +1,46 @@
+"""The 2025-26 families deploy like the paper's ViT: a SavedModel (TF Serving) and a TFLite file of builtin ops only
+agree with the Keras model they came from, and RoPE's tables are constants of the fixed grid (no Range/Tile/Sin/Cos
+left for the interpreter).
+
+Bounds: the SavedModel runs the same float32 graph (TF's kernels, other fusion): 1e-5 on O(1) outputs, a few
+hundred float32 roundings (u = 6e-8) at most. TFLite (XNNPACK or the reference kernels, other summation orders and
+its own softmax/GELU approximations) is held to 1e-3 x max(1, max |output|): the paper ViT's TFLite files measure
+~1e-5 here, and the bound is the one tests/test_export.py states for float32 TFLite, with its origin there.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+import vit_keras
+from vit_keras import export
+
+pytestmark = pytest.mark.tf_only
+
+FAMILY2 = os.path.join(os.path.dirname(__file__), "fixtures", "family2")
+# One checkpoint per new part: rotate-half RoPE with registers (DINOv3), interleaved RoPE + SwiGLU with sub-LN
+# (EVA-02), learned mixed RoPE (RoPE-Mixed), RMSNorm + bias-free SwiGLU + AIMv2's pooling head.
+CASES = ["timm_dinov3", "timm_eva02", "timm_rope_mixed", "hf_aimv2"]
+SAVED_MODEL_TOL = 1e-5
+TFLITE_TOL = 1e-3
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_new_family_exports_to_saved_model_and_tflite(case, tmp_path):
+    kwargs = {"include_top": False, "pooling": "map"} if case.startswith("hf_") else {"classifier_activation": None}
+    model = vit_keras.from_pretrained(os.path.join(FAMILY2, case, "checkpoint"), **kwargs)
+    images = np.load(os.path.join(FAMILY2, case, "input.npy")).astype(np.float32)
+    if case.startswith("hf_"):
+        images = np.clip(images, 0, 255)  # [0, 255] images: the model's default preprocessing
+    expected = np.asarray(model.predict(images, verbose=0), np.float32)
+    scale = max(1.0, float(np.abs(expected).max()))
+
+    served = export.saved_model(model, str(tmp_path / "served"))
+    np.testing.assert_allclose(export.exported_predict(served, images), expected, atol=SAVED_MODEL_TOL * scale)
+
+    path = export.tflite(model, str(tmp_path / "model.tflite"))
+    assert export.non_builtin_operators(path) == []
+    operators = set(export.tflite_operators(path))
+    assert not operators & {"RANGE", "TILE", "SIN", "COS"}, operators
+    np.testing.assert_allclose(export.exported_predict(path, images), expected, atol=TFLITE_TOL * scale)
