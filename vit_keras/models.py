@@ -12,6 +12,7 @@ import numpy as np
 
 from vit_keras import weights as weights_lib
 from vit_keras.configs import (
+    ARCHITECTURAL_POS_INTERPOLATIONS,
     DEFAULT_IMAGE_SIZE,
     VARIANTS,
     ViTConfig,
@@ -143,7 +144,7 @@ def _head_tokens(config: ViTConfig, include_top, pooling) -> int:
             "Use it with a class-token classifier (classifier='token', or include_top=False with pooling='token'), "
             "or drop it."
         )
-    return 1 + int(config.distilled)
+    return config.num_class_tokens + int(config.distilled)
 
 
 def check_normalization(normalization, source=None):
@@ -198,6 +199,16 @@ def _preprocessing_layer(normalization, channels, dtype=None):
                                   dtype=dtype, name="rescaling")
 
 
+def _input_conditioner(input_normalization, channels, dtype=None):
+    """`(x - mean) / std` of [0, 1] images, part of the architecture (RADIO's input conditioner), as one
+    multiply-add per channel."""
+    mean, std = input_normalization
+    if len(mean) != channels:
+        raise ValueError(f"`input_normalization` has {len(mean)} channels but the input has {channels}.")
+    return keras.layers.Rescaling([1.0 / s for s in std], offset=[-m / s for m, s in zip(mean, std)],
+                                  dtype=policy_for(dtype, "input_conditioner"), name="input_conditioner")
+
+
 def _rope_tables(config: ViTConfig, patches):
     """The RoPE tables every block takes (None without RoPE), from a `RotaryEmbedding2D` layer named `rope`.
 
@@ -209,7 +220,7 @@ def _rope_tables(config: ViTConfig, patches):
     layer = RotaryEmbedding2D(
         config.hidden_size // config.num_heads,
         config.rope,
-        grid_size=None if config.dynamic else config.grid_size,
+        grid_size=config.image_grid,  # the images' grid (the position table's may differ: bilinear_crop)
         temperature=config.rope_temperature,
         grid_offset=config.rope_grid_offset,
         ref_grid_size=config.rope_ref_grid_size,
@@ -270,13 +281,17 @@ def build_vit(
         x = input_tensor
     if include_preprocessing:
         x = _preprocessing_layer(normalization, channels, dtype)(x)
+    if config.input_normalization is not None:
+        x = _input_conditioner(config.input_normalization, channels, dtype)(x)
     if config.resnet is not None:
         if config.dynamic:
             # The stem's SAME padding would round an odd size up; the whole stride must divide the image.
             x = ImageSizeCheck(config.stride, f"the hybrid's total stride {config.stride} (ResNet stem stride x "
                                f"patch_size)", name="image_size_check")(x)
         x = ResNetStem(config.resnet.num_layers, config.resnet.width_factor, dtype=dtype, name="resnet")(x)
-    x = Patches(config.patch_size, flatten=not config.dynamic, dtype=policy_for(dtype, "patches"), name="patches")(x)
+    # A table kept at its own grid (pos_grid: any image size, or bilinear_crop) is resampled to the patch grid.
+    x = Patches(config.patch_size, flatten=config.pos_grid is None, dtype=policy_for(dtype, "patches"),
+                name="patches")(x)
     rope = _rope_tables(config, x)
     x = PatchEncoder(
         config.hidden_size,
@@ -291,6 +306,7 @@ def build_vit(
         patch_bias=config.patch_bias,
         architecture=config.to_dict(),
         pos_interpolation=config.pos_interpolation,
+        num_class_tokens=config.num_class_tokens,
         dtype=dtype,
         name="patch_encoder",
     )(x)
@@ -320,7 +336,7 @@ def build_vit(
             dtype=dtype,
             name=f"Transformer_encoderblock_{i}",
         )(x, **({} if rope is None else {"rope": rope[i] if isinstance(rope, list) else rope}))
-    if not config.fc_norm:
+    if config.final_norm and not config.fc_norm:
         x = norm(name="encoder_norm")(x)
 
     if include_top:
@@ -334,8 +350,10 @@ def build_vit(
                              dtype=policy_for(dtype, "pool"), name="pool")(x)
         else:
             tokens = x
-            x = TokenPooling(pooling, num_prefix_tokens=config.num_prefix_tokens, dtype=policy_for(dtype, "pool"),
-                             name="pool")(tokens)
+            # Several class tokens (RADIO) pool to their concatenation: RADIO's summary.
+            x = TokenPooling(pooling, num_prefix_tokens=config.num_prefix_tokens,
+                             num_tokens=config.num_class_tokens if pooling == "token" else 1,
+                             dtype=policy_for(dtype, "pool"), name="pool")(tokens)
         if config.fc_norm:
             x = norm(name="fc_norm")(x)
         if config.representation_size is not None:
@@ -479,7 +497,9 @@ def ViT(
         raise ValueError("`input_tensor` must be a Keras tensor, e.g. the output of `keras.Input(...)`.")
     height, width, channels = _resolve_input_shape(image_size, input_shape, input_tensor)
     any_size = height is None or width is None
-    if not any_size and (architecture.get("pos_grid") is not None or architecture.get("pos_interpolation") is not None):
+    architectural = architecture.get("pos_interpolation") in ARCHITECTURAL_POS_INTERPOLATIONS
+    if not any_size and not architectural and (architecture.get("pos_grid") is not None
+                                               or architecture.get("pos_interpolation") is not None):
         raise ValueError("`pos_grid` and `pos_interpolation` describe the position embeddings of a model that takes "
                          "any image size (image_size=None); a fixed-size model stores them at its own grid. Drop "
                          "them, or pass image_size=None.")
@@ -549,6 +569,8 @@ def resolve_config(info, overrides: dict, *, include_top: bool = True, classes=N
     if fields.get("image_size") is None:
         fields["image_size"] = (DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE)
     fields.update(overrides)
+    # A table that is part of the architecture (bilinear_crop) stays at its stored grid and keeps its own resampling.
+    architectural = fields.get("pos_interpolation") in ARCHITECTURAL_POS_INTERPOLATIONS
     if fields["image_size"] is None and info is not None:
         config = ViTConfig.from_dict({**fields, "image_size": (DEFAULT_IMAGE_SIZE,) * 2, "pos_grid": None})
         if "pos_grid" not in overrides:
@@ -557,11 +579,11 @@ def resolve_config(info, overrides: dict, *, include_top: bool = True, classes=N
             fields["pos_grid"] = weights_lib.stored_grid(
                 info, num_heads=config.num_heads, num_embedded_prefix_tokens=config.num_embedded_prefix_tokens,
                 source_grid=source_grid)
-        if "pos_interpolation" not in overrides:
+        if "pos_interpolation" not in overrides and not architectural:
             fields["pos_interpolation"] = weights_lib.grid_interpolation(info, interpolation)
-    elif fields["image_size"] is None and "pos_interpolation" not in overrides:
+    elif fields["image_size"] is None and "pos_interpolation" not in overrides and not architectural:
         fields["pos_interpolation"] = interpolation
-    if fields["image_size"] is not None:
+    if fields["image_size"] is not None and not architectural:
         fields["pos_grid"] = None
     return ViTConfig.from_dict(fields)
 

@@ -10,6 +10,10 @@ float32 rounding, on every Keras backend and under XLA:
   points and clamped borders.
 - `"bicubic_antialias"`: timm's `resample_abs_pos_embed`, torch bicubic with `antialias=True` (Keys a = −0.5, the
   kernel stretched when downsampling, weights renormalised at the borders).
+- `"bilinear_crop"`: RADIO's cropped position embeddings (transformers `RadioPatchEmbeddings`): torch bilinear
+  (`align_corners=False`, no antialias: half-pixel sample points clamped at 0, two taps) to a square of the longer
+  side of the new grid, then its first rows and columns. Per axis that is the bilinear matrix to the square size,
+  cut to the axis' own size.
 
 The matrices are written once, over a small set of array operations, and built either as graph ops (float32) or
 in NumPy float64 (`numpy_interpolation_matrix`, the load-time path), so the two paths share their maths.
@@ -65,7 +69,7 @@ def check_grid_interpolation(mode) -> str:
     if mode not in GRID_INTERPOLATIONS:
         raise ValueError(
             f"The position-embedding interpolation must be one of {GRID_INTERPOLATIONS} ('linear': vit_jax, "
-            f"'bicubic': transformers, 'bicubic_antialias': timm), got {mode!r}."
+            f"'bicubic': transformers, 'bicubic_antialias': timm, 'bilinear_crop': RADIO), got {mode!r}."
         )
     return mode
 
@@ -169,28 +173,93 @@ def _bicubic_antialias_matrix(in_size: int, out_size, xp):
     return weights / xp.where(total != 0.0, total, 1.0)
 
 
-_MATRICES = {"linear": _linear_matrix, "bicubic": _bicubic_matrix, "bicubic_antialias": _bicubic_antialias_matrix}
+def _bilinear_matrix(in_size: int, out_size, xp):
+    # torch upsample_bilinear2d, align_corners=False, no antialias: the half-pixel source clamped at 0, taps
+    # floor(source) and the next one (clamped to the border), weighted by the distance.
+    scale = in_size / xp.size(out_size)
+    source = xp.maximum((xp.arange(out_size) + 0.5) * scale - 0.5, 0.0)
+    base = xp.floor(source)
+    t = (source - base)[:, None]
+    low = xp.clip(xp.to_int(base), 0, in_size - 1)
+    high = xp.clip(low + 1, 0, in_size - 1)
+    return xp.one_hot(low, in_size) * (1.0 - t) + xp.one_hot(high, in_size) * t
 
 
-def interpolation_matrix(mode: str, in_size: int, out_size):
+_MATRICES = {"linear": _linear_matrix, "bicubic": _bicubic_matrix, "bicubic_antialias": _bicubic_antialias_matrix,
+             "bilinear_crop": _bilinear_matrix}
+
+
+def _crop(matrix, out_size, xp):
+    """The first `out_size` rows of `matrix` (`out_size` may be symbolic)."""
+    if xp is _NumPyOps:
+        return matrix[: int(out_size)]
+    return ops.slice(matrix, (0, 0), ops.stack([ops.cast(out_size, "int32"), ops.shape(matrix)[1]]))
+
+
+def _matrix(mode: str, in_size: int, out_size, square_size, xp):
+    mode = check_grid_interpolation(mode)
+    if mode != "bilinear_crop":
+        if square_size is not None:
+            raise ValueError(f"`square_size` applies to the 'bilinear_crop' mode only, not {mode!r}.")
+        return _MATRICES[mode](in_size, out_size, xp)
+    # Resized to the square of the longer side first, then cut to this axis' size.
+    square_size = out_size if square_size is None else square_size
+    return _crop(_MATRICES[mode](in_size, square_size, xp), out_size, xp)
+
+
+def interpolation_matrix(mode: str, in_size: int, out_size, square_size=None):
     """The `(out, in)` matrix that resamples one axis of `in_size` cells to `out_size` with `mode`, as a float32
-    tensor (`out_size` may be symbolic).
+    tensor (`out_size` may be symbolic). `"bilinear_crop"` resizes to `square_size` (the longer side of the new
+    grid; default `out_size`) and keeps the first `out_size` rows.
 
     Example:
         >>> tuple(interpolation_matrix("bicubic", 4, 6).shape)
         (6, 4)
+        >>> tuple(interpolation_matrix("bilinear_crop", 8, 4, square_size=6).shape)
+        (4, 8)
     """
-    return _MATRICES[check_grid_interpolation(mode)](in_size, out_size, _GraphOps)
+    return _matrix(mode, in_size, out_size, square_size, _GraphOps)
 
 
-def numpy_interpolation_matrix(mode: str, in_size: int, out_size: int) -> np.ndarray:
+def numpy_interpolation_matrix(mode: str, in_size: int, out_size: int, square_size=None) -> np.ndarray:
     """`interpolation_matrix`'s maths in NumPy float64: the load-time path (`vit_keras.weights.resample`).
 
     Example:
         >>> numpy_interpolation_matrix("linear", 2, 3)[1]
         array([0.5, 0.5])
+        >>> numpy_interpolation_matrix("bilinear_crop", 2, 1, square_size=2)
+        array([[1., 0.]])
     """
-    return _MATRICES[check_grid_interpolation(mode)](in_size, int(out_size), _NumPyOps)
+    return _matrix(mode, in_size, int(out_size), None if square_size is None else int(square_size), _NumPyOps)
+
+
+def square_side(new_grid):
+    """The side of the square `"bilinear_crop"` resizes to: the longer side of `new_grid` (static or symbolic).
+
+    Example:
+        >>> square_side((4, 6))
+        6
+    """
+    rows, cols = new_grid
+    if isinstance(rows, int) and isinstance(cols, int):
+        return max(rows, cols)
+    return ops.maximum(ops.cast(rows, "int32"), ops.cast(cols, "int32"))
+
+
+def numpy_resample_grid(grid: np.ndarray, new_grid, mode: str) -> np.ndarray:
+    """`resample_grid` in NumPy float64 (any mode; the result in `grid`'s dtype).
+
+    Example:
+        >>> numpy_resample_grid(np.zeros((8, 8, 4), np.float32), (4, 6), "bilinear_crop").shape
+        (4, 6, 4)
+    """
+    rows, cols = int(grid.shape[0]), int(grid.shape[1])
+    new_rows, new_cols = int(new_grid[0]), int(new_grid[1])
+    square = max(new_rows, new_cols) if mode == "bilinear_crop" else None
+    row_matrix = numpy_interpolation_matrix(mode, rows, new_rows, square)
+    col_matrix = numpy_interpolation_matrix(mode, cols, new_cols, square)
+    out = np.einsum("ri,cj,ijd->rcd", row_matrix, col_matrix, np.asarray(grid, np.float64))
+    return out.astype(grid.dtype)
 
 
 def resample_grid(grid, new_grid, mode: str = "linear"):
@@ -206,11 +275,13 @@ def resample_grid(grid, new_grid, mode: str = "linear"):
     mode = check_grid_interpolation(mode)
     rows, cols = int(grid.shape[0]), int(grid.shape[1])
     new_rows, new_cols = new_grid
-    if isinstance(new_rows, int) and isinstance(new_cols, int) and (new_rows, new_cols) == (rows, cols):
+    unchanged = isinstance(new_rows, int) and isinstance(new_cols, int) and (new_rows, new_cols) == (rows, cols)
+    if unchanged and (mode != "bilinear_crop" or rows == cols):  # a rectangle is first resized to a square
         return grid
     dtype = grid.dtype
-    row_matrix = interpolation_matrix(mode, rows, new_rows)
-    col_matrix = interpolation_matrix(mode, cols, new_cols)
+    square = square_side(new_grid) if mode == "bilinear_crop" else None
+    row_matrix = interpolation_matrix(mode, rows, new_rows, square)
+    col_matrix = interpolation_matrix(mode, cols, new_cols, square)
     grid = ops.cast(grid, "float32")
     out = ops.einsum("ri,ijd->rjd", row_matrix, grid)
     out = ops.einsum("cj,rjd->rcd", col_matrix, out)
