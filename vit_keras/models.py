@@ -461,7 +461,9 @@ def ViT(
             `class_token`, `activation` ("gelu_tanh", "gelu", "quick_gelu"; overrides `gelu_approximate`); for a
             model of any size, `pos_grid` (the stored grid; default the checkpoint's, or 224 / stride) and
             `pos_interpolation` ("linear", "bicubic", "bicubic_antialias"; default `interpolation`, antialiased
-            for timm weights). `classifier` and `gelu_approximate` are accepted as the older names of
+            for timm weights; "bilinear_crop", RADIO's, also with a fixed size: its table is part of the
+            architecture, kept at `pos_grid` and resampled in the graph). RADIO's other fields: `num_class_tokens`,
+            `final_norm`, `input_normalization`. `classifier` and `gelu_approximate` are accepted as the older names of
             `global_pool` / `class_token` and `activation` (`vit_keras.configs.translate_aliases`). Any other
             keyword is refused with the list of fields.
 

@@ -25,7 +25,7 @@ class TokenPooling(keras.layers.Layer):
     Example:
         >>> TokenPooling("avg", num_prefix_tokens=1)(keras.ops.ones((2, 5, 8))).shape
         (2, 8)
-        >>> TokenPooling("token", num_prefix_tokens=4, num_tokens=2)(keras.ops.ones((2, 9, 8))).shape
+        >>> tuple(TokenPooling("token", num_prefix_tokens=4, num_tokens=2)(keras.ops.ones((2, 9, 8))).shape)
         (2, 16)
     """
 
