@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from collections.abc import Mapping, Sequence
 
@@ -72,7 +73,10 @@ class ResNetConfig:
 ACTIVATIONS = ("gelu_tanh", "gelu", "quick_gelu")
 POOLS = ("token", "avg", "map")
 POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "none")
-POS_INTERPOLATIONS = ("linear", "bicubic", "bicubic_antialias", "bilinear_antialias")
+POS_INTERPOLATIONS = ("linear", "bicubic", "bicubic_antialias", "bilinear_antialias", "bilinear_crop")
+# A mode whose stored table is part of the architecture: kept at `pos_grid` and resampled in the graph to every
+# image's grid, even for a fixed image size (RADIO's cropped position embeddings).
+ARCHITECTURAL_POS_INTERPOLATIONS = ("bilinear_crop",)
 # The block's parts (`vit_keras.layers`): its MLP, its norms, and a 2-D RoPE layout on q and k.
 MLPS = ("gelu", "swiglu", "swiglu_packed")
 NORMS = ("layernorm", "rmsnorm")
@@ -156,6 +160,12 @@ class ViTConfig:
       checkpoint's own grid when loaded with one) and resampled inside the graph to each call's grid with
       `pos_interpolation`: `"linear"` (vit_jax's corner-aligned zoom), `"bicubic"` (transformers') or
       `"bicubic_antialias"` (timm's). With a fixed `image_size`, `pos_grid` is None: the table is at the model's grid.
+    - RADIO's parts: `num_class_tokens` (several class tokens in front of the registers; `"token"` pooling reads
+      all of them, concatenated: RADIO's summary), `pos_interpolation="bilinear_crop"` (the stored `pos_grid` table,
+      which is part of the architecture, resized bilinearly to a square of the longer side of each image's grid and
+      cropped to it, in the graph, also for a fixed `image_size`), `input_normalization` (`(mean, std)` per channel,
+      applied to the [0, 1] images inside the model: RADIO's input conditioner) and `final_norm=False` (no norm
+      after the blocks: neither `encoder_norm` nor `fc_norm`, timm's `final_norm=False`).
 
     Example:
         >>> VARIANTS["L/16"].num_layers
@@ -204,6 +214,9 @@ class ViTConfig:
     rope_grid_indexing: str = "ij"
     patch_norm: str | None = None
     map_head: str = "big_vision"
+    num_class_tokens: int = 1
+    final_norm: bool = True
+    input_normalization: tuple[tuple[float, ...], tuple[float, ...]] | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -219,7 +232,7 @@ class ViTConfig:
             set_(self, "image_size", check_hw("image_size", self.image_size))
         set_(self, "resnet", ResNetConfig.from_any(self.resnet))
         for field in ("class_token", "distilled", "no_embed_class", "pre_norm", "layer_scale", "qkv_bias",
-                      "patch_bias", "fc_norm", "mlp_bias"):
+                      "patch_bias", "fc_norm", "mlp_bias", "final_norm"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"`{field}` must be True or False, got {getattr(self, field)!r}.")
         if self.hidden_size % self.num_heads:
@@ -231,6 +244,7 @@ class ViTConfig:
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {self.activation!r}.")
         self._check_parts()
+        self._check_radio_parts()
         if self.global_pool not in POOLS:
             raise ValueError(f"`global_pool` must be one of {POOLS}, got {self.global_pool!r}.")
         if self.map_num_heads is not None and self.hidden_size % self.map_num_heads:
@@ -267,7 +281,12 @@ class ViTConfig:
             grid = self.pos_grid if self.pos_grid is not None else (DEFAULT_IMAGE_SIZE // stride,) * 2
             set_(self, "pos_grid", check_hw("pos_grid", grid))
             return
-        set_(self, "pos_grid", None)  # a fixed-size model stores its position embeddings at its own grid
+        if self.pos_interpolation in ARCHITECTURAL_POS_INTERPOLATIONS:
+            # The stored table is part of the architecture: kept at its own grid, resampled in the graph.
+            grid = self.pos_grid if self.pos_grid is not None else tuple(s // stride for s in self.image_size)
+            set_(self, "pos_grid", check_hw("pos_grid", grid))
+        else:
+            set_(self, "pos_grid", None)  # a fixed-size model stores its position embeddings at its own grid
         for dim, size in zip(("height", "width"), self.image_size):
             if size % stride:
                 what = (f"patch_size {self.patch_size}" if self.resnet is None else
@@ -323,10 +342,39 @@ class ViTConfig:
             raise ValueError("rope='rotate_half' (DINOv3) maps each axis to [-1, 1] by its own size: "
                              "`rope_ref_grid_size` must be None.")
 
+    def _check_radio_parts(self):
+        set_ = object.__setattr__
+        set_(self, "num_class_tokens", check_positive_int("num_class_tokens", self.num_class_tokens))
+        if self.num_class_tokens != 1 and (not self.class_token or self.distilled):
+            raise ValueError(f"`num_class_tokens` {self.num_class_tokens} needs class_token=True and no distillation "
+                             "token; pass class_token=True, distilled=False, or num_class_tokens=1.")
+        if not self.final_norm and self.fc_norm:
+            raise ValueError("`final_norm=False` means no norm after the blocks, neither over every token nor after "
+                             "pooling (`fc_norm`); pass fc_norm=False, or final_norm=True.")
+        if self.pos_interpolation in ARCHITECTURAL_POS_INTERPOLATIONS and (
+                self.position_embedding != "learned_1d" or not self.no_embed_class):
+            raise ValueError(f"pos_interpolation={self.pos_interpolation!r} resizes a learned table of patch "
+                             "positions only; it needs position_embedding='learned_1d' and no_embed_class=True.")
+        if self.input_normalization is not None:
+            set_(self, "input_normalization", check_input_normalization(self.input_normalization))
+
     @property
     def num_prefix_tokens(self) -> int:
-        """Tokens in front of the patches: class, distillation, registers (in that order)."""
-        return int(self.class_token) + int(self.distilled) + self.num_register_tokens
+        """Tokens in front of the patches: class tokens, distillation, registers (in that order)."""
+        return self.num_class_tokens * int(self.class_token) + int(self.distilled) + self.num_register_tokens
+
+    @property
+    def image_grid(self) -> tuple[int, int] | None:
+        """The patch grid of the model's images (None for image_size=None); `grid_size` is the table's grid.
+
+        Example:
+            >>> ViTConfig(patch_size=8, image_size=(32, 48), pos_interpolation="bilinear_crop",
+            ...           pos_grid=(8, 8), no_embed_class=True).image_grid
+            (4, 6)
+        """
+        if self.image_size is None:
+            return None
+        return (self.image_size[0] // self.stride, self.image_size[1] // self.stride)
 
     @property
     def num_embedded_prefix_tokens(self) -> int:
@@ -354,10 +402,11 @@ class ViTConfig:
 
     @property
     def grid_size(self) -> tuple[int, int]:
-        """The patch grid of the position-embedding table: the model's grid, or `pos_grid` for image_size=None."""
-        if self.image_size is None:
+        """The patch grid of the position-embedding table: the model's grid, or `pos_grid` when it is set
+        (image_size=None, or a table that is part of the architecture: `ARCHITECTURAL_POS_INTERPOLATIONS`)."""
+        if self.pos_grid is not None:
             return self.pos_grid
-        return (self.image_size[0] // self.stride, self.image_size[1] // self.stride)
+        return self.image_grid
 
     @property
     def reference_image_size(self) -> tuple[int, int]:
@@ -394,6 +443,8 @@ class ViTConfig:
         out["image_size"] = None if self.image_size is None else list(self.image_size)
         out["pos_grid"] = None if self.pos_grid is None else list(self.pos_grid)
         out["rope_ref_grid_size"] = None if self.rope_ref_grid_size is None else list(self.rope_ref_grid_size)
+        out["input_normalization"] = (None if self.input_normalization is None else
+                                      [list(part) for part in self.input_normalization])
         return out
 
     @classmethod
@@ -412,6 +463,9 @@ class ViTConfig:
         for field in ("image_size", "pos_grid", "rope_ref_grid_size"):
             if isinstance(values.get(field), list):
                 values[field] = tuple(values[field])
+        if isinstance(values.get("input_normalization"), list):
+            values["input_normalization"] = tuple(tuple(part) if isinstance(part, list) else part
+                                                  for part in values["input_normalization"])
         return cls(**values)
 
     def model_kwargs(self) -> dict:
@@ -427,6 +481,26 @@ class ViTConfig:
         defaults = ViTConfig()
         return {field: getattr(self, field) for field in config_fields()
                 if getattr(self, field) != getattr(defaults, field)}
+
+
+def check_input_normalization(value) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """`(mean, std)` per channel of [0, 1] images, as tuples of floats: finite means, finite positive stds.
+
+    Example:
+        >>> check_input_normalization([[0.5, 0.5, 0.5], [0.25, 0.25, 0.25]])
+        ((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+    """
+    try:
+        mean, std = value
+        mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+    except (TypeError, ValueError) as error:
+        raise ValueError("`input_normalization` must be (mean, std) per channel of [0, 1] images, e.g. "
+                         f"((0.48, 0.46, 0.41), (0.27, 0.26, 0.28)), got {value!r}.") from error
+    if not mean or len(mean) != len(std):
+        raise ValueError(f"`input_normalization` needs as many means as stds (one per channel), got {value!r}.")
+    if not all(math.isfinite(m) for m in mean) or not all(math.isfinite(s) and s > 0 for s in std):
+        raise ValueError(f"`input_normalization` needs finite means and finite positive stds, got {value!r}.")
+    return mean, std
 
 
 def config_fields() -> tuple[str, ...]:

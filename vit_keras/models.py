@@ -12,6 +12,7 @@ import numpy as np
 
 from vit_keras import weights as weights_lib
 from vit_keras.configs import (
+    ARCHITECTURAL_POS_INTERPOLATIONS,
     DEFAULT_IMAGE_SIZE,
     VARIANTS,
     ViTConfig,
@@ -144,7 +145,7 @@ def _head_tokens(config: ViTConfig, include_top, pooling) -> int:
             "Use it with a class-token classifier (classifier='token', or include_top=False with pooling='token'), "
             "or drop it."
         )
-    return 1 + int(config.distilled)
+    return config.num_class_tokens + int(config.distilled)
 
 
 def check_normalization(normalization, source=None):
@@ -199,6 +200,16 @@ def _preprocessing_layer(normalization, channels, dtype=None):
                                   dtype=dtype, name="rescaling")
 
 
+def _input_conditioner(input_normalization, channels, dtype=None):
+    """`(x - mean) / std` of [0, 1] images, part of the architecture (RADIO's input conditioner), as one
+    multiply-add per channel."""
+    mean, std = input_normalization
+    if len(mean) != channels:
+        raise ValueError(f"`input_normalization` has {len(mean)} channels but the input has {channels}.")
+    return keras.layers.Rescaling([1.0 / s for s in std], offset=[-m / s for m, s in zip(mean, std)],
+                                  dtype=policy_for(dtype, "input_conditioner"), name="input_conditioner")
+
+
 def _rope_tables(config: ViTConfig, patches):
     """The RoPE tables every block takes (None without RoPE), from a `RotaryEmbedding2D` layer named `rope`.
 
@@ -210,7 +221,7 @@ def _rope_tables(config: ViTConfig, patches):
     layer = RotaryEmbedding2D(
         config.hidden_size // config.num_heads,
         config.rope,
-        grid_size=None if config.dynamic else config.grid_size,
+        grid_size=config.image_grid,  # the images' grid (the position table's may differ: bilinear_crop)
         temperature=config.rope_temperature,
         grid_offset=config.rope_grid_offset,
         ref_grid_size=config.rope_ref_grid_size,
@@ -309,7 +320,7 @@ def build_vit(
             name=f"Transformer_encoderblock_{i}",
         )(x, **({} if token_mask is None else {"token_mask": token_mask}),
           **({} if rope is None else {"rope": rope[i] if isinstance(rope, list) else rope}))
-    if not config.fc_norm:
+    if config.final_norm and not config.fc_norm:
         x = norm(name="encoder_norm")(x)
 
     if include_top:
@@ -323,8 +334,10 @@ def build_vit(
                              dtype=policy_for(dtype, "pool"), name="pool")(x)
         else:
             tokens = x
-            x = TokenPooling(pooling, num_prefix_tokens=config.num_prefix_tokens, dtype=policy_for(dtype, "pool"),
-                             name="pool")(tokens, **masked)
+            # Several class tokens (RADIO) pool to their concatenation: RADIO's summary.
+            x = TokenPooling(pooling, num_prefix_tokens=config.num_prefix_tokens,
+                             num_tokens=config.num_class_tokens if pooling == "token" else 1,
+                             dtype=policy_for(dtype, "pool"), name="pool")(tokens, **masked)
         if config.fc_norm:
             x = norm(name="fc_norm")(x)
         if config.representation_size is not None:
@@ -367,6 +380,7 @@ def _encoder_arguments(config: ViTConfig, dtype) -> dict:
         pos_interpolation=config.pos_interpolation,
         patch_norm=config.patch_norm,
         norm_epsilon=config.layer_norm_epsilon,
+        num_class_tokens=config.num_class_tokens,
         dtype=dtype,
         name="patch_encoder",
     )
@@ -384,13 +398,17 @@ def _image_stem(config: ViTConfig, input_tensor, input_size, channels, include_p
         x = input_tensor
     if include_preprocessing:
         x = _preprocessing_layer(normalization, channels, dtype)(x)
+    if config.input_normalization is not None:
+        x = _input_conditioner(config.input_normalization, channels, dtype)(x)
     if config.resnet is not None:
         if config.dynamic:
             # The stem's SAME padding would round an odd size up; the whole stride must divide the image.
             x = ImageSizeCheck(config.stride, f"the hybrid's total stride {config.stride} (ResNet stem stride x "
                                f"patch_size)", name="image_size_check")(x)
         x = ResNetStem(config.resnet.num_layers, config.resnet.width_factor, dtype=dtype, name="resnet")(x)
-    x = Patches(config.patch_size, flatten=not config.dynamic, dtype=policy_for(dtype, "patches"), name="patches")(x)
+    # A table kept at its own grid (pos_grid: any image size, or bilinear_crop) is resampled to the patch grid.
+    x = Patches(config.patch_size, flatten=config.pos_grid is None, dtype=policy_for(dtype, "patches"),
+                name="patches")(x)
     rope = _rope_tables(config, x)
     x = PatchEncoder(**_encoder_arguments(config, dtype))(x)
     return inputs, x, rope
@@ -406,6 +424,9 @@ def _flexible_stem(config: ViTConfig, input_tensor, input_size, channels, includ
         # Each image of a NaFlex batch has its own grid, so its own RoPE tables: not built yet.
         raise ValueError(f"flexible=True is not available for RoPE models (rope={config.rope!r}) yet; build the "
                          "model with image_size=None for any size, one size per batch.")
+    if config.pos_interpolation == "bilinear_crop" or config.input_normalization is not None:
+        raise ValueError("flexible=True is not available for RADIO's cropped position table and input conditioner "
+                         "yet; build the model with image_size=None for any size, one size per batch.")
     if config.map_head != "big_vision":
         raise ValueError(f"flexible=True masks the padding out of the big_vision MAP head only; map_head="
                          f"{config.map_head!r} is not available in flexible form yet.")
@@ -513,7 +534,9 @@ def ViT(
             `class_token`, `activation` ("gelu_tanh", "gelu", "quick_gelu"; overrides `gelu_approximate`); for a
             model of any size, `pos_grid` (the stored grid; default the checkpoint's, or 224 / stride) and
             `pos_interpolation` ("linear", "bicubic", "bicubic_antialias"; default `interpolation`, antialiased
-            for timm weights). `classifier` and `gelu_approximate` are accepted as the older names of
+            for timm weights; "bilinear_crop", RADIO's, also with a fixed size: its table is part of the
+            architecture, kept at `pos_grid` and resampled in the graph). RADIO's other fields: `num_class_tokens`,
+            `final_norm`, `input_normalization`. `classifier` and `gelu_approximate` are accepted as the older names of
             `global_pool` / `class_token` and `activation` (`vit_keras.configs.translate_aliases`). Any other
             keyword is refused with the list of fields.
 
@@ -554,7 +577,9 @@ def ViT(
                          "position grid).")
     height, width, channels = _resolve_input_shape(None if flexible else image_size, input_shape, input_tensor)
     any_size = height is None or width is None
-    if not any_size and (architecture.get("pos_grid") is not None or architecture.get("pos_interpolation") is not None):
+    architectural = architecture.get("pos_interpolation") in ARCHITECTURAL_POS_INTERPOLATIONS
+    if not any_size and not architectural and (architecture.get("pos_grid") is not None
+                                               or architecture.get("pos_interpolation") is not None):
         raise ValueError("`pos_grid` and `pos_interpolation` describe the position embeddings of a model that takes "
                          "any image size (image_size=None); a fixed-size model stores them at its own grid. Drop "
                          "them, or pass image_size=None.")
@@ -625,6 +650,8 @@ def resolve_config(info, overrides: dict, *, include_top: bool = True, classes=N
     if fields.get("image_size") is None:
         fields["image_size"] = (DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE)
     fields.update(overrides)
+    # A table that is part of the architecture (bilinear_crop) stays at its stored grid and keeps its own resampling.
+    architectural = fields.get("pos_interpolation") in ARCHITECTURAL_POS_INTERPOLATIONS
     if fields["image_size"] is None and info is not None:
         config = ViTConfig.from_dict({**fields, "image_size": (DEFAULT_IMAGE_SIZE,) * 2, "pos_grid": None})
         if "pos_grid" not in overrides:
@@ -633,11 +660,11 @@ def resolve_config(info, overrides: dict, *, include_top: bool = True, classes=N
             fields["pos_grid"] = weights_lib.stored_grid(
                 info, num_heads=config.num_heads, num_embedded_prefix_tokens=config.num_embedded_prefix_tokens,
                 source_grid=source_grid)
-        if "pos_interpolation" not in overrides:
+        if "pos_interpolation" not in overrides and not architectural:
             fields["pos_interpolation"] = weights_lib.grid_interpolation(info, interpolation)
-    elif fields["image_size"] is None and "pos_interpolation" not in overrides:
+    elif fields["image_size"] is None and "pos_interpolation" not in overrides and not architectural:
         fields["pos_interpolation"] = interpolation
-    if fields["image_size"] is not None:
+    if fields["image_size"] is not None and not architectural:
         fields["pos_grid"] = None
     return ViTConfig.from_dict(fields)
 

@@ -165,6 +165,11 @@ class AttentionProbe:
         vit_input = _single(self.vit.inputs, f"Model {self.vit.name!r}").shape
         self.image_size = tuple(vit_input[1:3])
         self.grid_size = tuple(self.patch_encoder.grid_size)
+        patch_grid = tuple(getattr(self.patches, "grid_size", (None, None)))
+        if None not in patch_grid:
+            # A fixed-size model's tokens follow its images' grid; its position table may be kept at another
+            # (RADIO's bilinear_crop).
+            self.grid_size = patch_grid
         self.num_prefix_tokens = int(self.patch_encoder.num_prefix_tokens)
         self.classifier = self.patch_encoder.classifier
         if None in self.image_size:

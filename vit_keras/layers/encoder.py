@@ -72,12 +72,13 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
     only and joins the prefix tokens after the addition (DINOv2 with registers, big_vision). `patch_norm`
     (`"layernorm"` or `"rmsnorm"`, with `norm_epsilon`) normalises each projected patch before the position
     embeddings are added (AIMv2), declared as `patch_norm`. `architecture` is the whole model's
-    `ViTConfig.to_dict()`, kept here so that a saved model carries its architecture.
+    `ViTConfig.to_dict()`, kept here so that a saved model carries its architecture. `num_class_tokens` > 1 gives
+    `cls` the shape (1, n, D) (RADIO's class tokens, in front of the registers).
 
     Given a patch grid `(batch, gh, gw, P·P·C)` (`Patches(flatten=False)`, a model built for any image size)
     instead of flattened patches, the layer takes any grid: the stored `grid_size` table is resampled inside the
-    graph to `(gh, gw)` with `pos_interpolation` (`"linear"`, `"bicubic"` or `"bicubic_antialias"`, see
-    `vit_keras.layers.interpolation`), and not at all when `(gh, gw)` is the stored grid.
+    graph to `(gh, gw)` with `pos_interpolation` (`"linear"`, `"bicubic"`, `"bicubic_antialias"` or
+    `"bilinear_crop"`, see `vit_keras.layers.interpolation`), and not at all when `(gh, gw)` is the stored grid.
 
     Example:
         >>> encoder = PatchEncoder(hidden_size=64, grid_size=(4, 4))
@@ -103,6 +104,7 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         pos_interpolation: str = "linear",
         patch_norm: str | None = None,
         norm_epsilon: float = 1e-6,
+        num_class_tokens: int = 1,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -130,9 +132,14 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         self.patch_bias = bool(patch_bias)
         self.architecture = None if architecture is None else dict(architecture)
         self.pos_interpolation = check_grid_interpolation(pos_interpolation)
+        self.num_class_tokens = int(num_class_tokens)
         if self.distilled and classifier != "token":
             raise ValueError("A distillation token needs the class token (classifier='token').")
-        self.num_prefix_tokens = (1 if classifier == "token" else 0) + int(self.distilled) + self.num_register_tokens
+        if self.num_class_tokens < 1 or (self.num_class_tokens > 1 and classifier != "token"):
+            raise ValueError(f"`num_class_tokens` must be 1, or more with classifier='token', got "
+                             f"{num_class_tokens!r}.")
+        self.num_prefix_tokens = ((self.num_class_tokens if classifier == "token" else 0) + int(self.distilled)
+                                  + self.num_register_tokens)
         self.num_embedded_prefix_tokens = (
             0 if self.no_embed_class or position_embedding != "learned_1d" else self.num_prefix_tokens
         )
@@ -161,7 +168,8 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         if self.patch_norm is not None:
             self.patch_norm.build((*input_shape[:-1], self.hidden_size))
         if self.classifier == "token":
-            self.cls = self.add_weight(name="cls", shape=(1, 1, self.hidden_size), initializer="zeros")
+            self.cls = self.add_weight(name="cls", shape=(1, self.num_class_tokens, self.hidden_size),
+                                       initializer="zeros")
         if self.distilled:
             self.dist = self.add_weight(name="dist", shape=(1, 1, self.hidden_size), initializer="zeros")
         if self.num_register_tokens:
@@ -199,7 +207,9 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
             (2, 6, 64)
         """
         static = grid is not None and all(isinstance(cells, int) for cells in grid)
-        if grid is not None and not (static and tuple(grid) == self.grid_size):
+        # bilinear_crop: resample_grid itself says whether the stored grid is resized (a rectangle is).
+        same = static and tuple(grid) == self.grid_size and self.pos_interpolation != "bilinear_crop"
+        if grid is not None and not same:
             if self.position_embedding == "sincos_2d":
                 return _sincos_2d_grid(grid, self.hidden_size)
             table = self.patch_position_embeddings()
@@ -317,4 +327,5 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
             "pos_interpolation": self.pos_interpolation,
             "patch_norm": self.patch_norm_kind,
             "norm_epsilon": self.norm_epsilon,
+            "num_class_tokens": self.num_class_tokens,
         }

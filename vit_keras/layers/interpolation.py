@@ -13,6 +13,10 @@ float32 rounding, on every Keras backend and under XLA:
 - `"bilinear_antialias"`: SigLIP 2 NaFlex (transformers `Siglip2VisionEmbeddings`, timm `naflexvit_*_siglip`), torch
   bilinear with `antialias=True` and half-pixel sample points (the triangle kernel stretched when downsampling,
   renormalised at the borders).
+- `"bilinear_crop"`: RADIO's cropped position embeddings (transformers `RadioPatchEmbeddings`): torch bilinear
+  (`align_corners=False`, no antialias: half-pixel sample points clamped at 0, two taps) to a square of the longer
+  side of the new grid, then its first rows and columns. Per axis that is the bilinear weights of the square's
+  first cells.
 
 The matrices are written once, over a small set of array operations, and built either as graph ops (float32) or
 in NumPy float64 (`numpy_interpolation_matrix`, the load-time path), so the two paths share their maths.
@@ -68,8 +72,8 @@ def check_grid_interpolation(mode) -> str:
     if mode not in GRID_INTERPOLATIONS:
         raise ValueError(
             f"The position-embedding interpolation must be one of {GRID_INTERPOLATIONS} ('linear': vit_jax, "
-            f"'bicubic': transformers, 'bicubic_antialias': timm, 'bilinear_antialias': SigLIP 2 NaFlex), got "
-            f"{mode!r}."
+            f"'bicubic': transformers, 'bicubic_antialias': timm, 'bilinear_antialias': SigLIP 2 NaFlex, "
+            f"'bilinear_crop': RADIO), got {mode!r}."
         )
     return mode
 
@@ -179,11 +183,32 @@ def _antialias_weights(kernel):
     return weights
 
 
+def _bilinear_weights(in_size: int, index, out_size, xp):
+    # torch upsample_bilinear2d, align_corners=False, no antialias: the half-pixel source clamped at 0, taps
+    # floor(source) and the next one (clamped to the border), weighted by the distance.
+    scale = in_size / out_size
+    source = xp.maximum((index + 0.5) * scale - 0.5, 0.0)
+    base = xp.floor(source)
+    t = (source - base)[..., None]
+    low = xp.clip(xp.to_int(base), 0, in_size - 1)
+    high = xp.clip(low + 1, 0, in_size - 1)
+    return xp.one_hot(low, in_size) * (1.0 - t) + xp.one_hot(high, in_size) * t
+
+
 # mode -> weights(in_size, index, out_size, xp): the (..., in_size) weights of output cell `index` of `out_size`
 # (both float arrays of one shape: a whole axis for a matrix, or one cell per token of a NaFlex batch).
 _WEIGHTS = {"linear": _linear_weights, "bicubic": _bicubic_weights,
             "bicubic_antialias": _antialias_weights(_antialias_cubic),
-            "bilinear_antialias": _antialias_weights(_triangle)}
+            "bilinear_antialias": _antialias_weights(_triangle),
+            # The first cells of the bilinear resize to the square: `out_size` is the square's side (see _scale_size).
+            "bilinear_crop": _bilinear_weights}
+
+
+def _scale_size(mode: str, out_size, square_size):
+    """The size an axis is resampled to: its own, or for `"bilinear_crop"` the square's side (default its own)."""
+    if square_size is not None and mode != "bilinear_crop":
+        raise ValueError(f"`square_size` applies to the 'bilinear_crop' mode only, not {mode!r}.")
+    return out_size if square_size is None else square_size
 
 
 def interpolation_weights(mode: str, in_size: int, index, out_size):
@@ -201,27 +226,63 @@ def interpolation_weights(mode: str, in_size: int, index, out_size):
     return _WEIGHTS[mode](in_size, index, out_size, _GraphOps)
 
 
-def interpolation_matrix(mode: str, in_size: int, out_size):
+def interpolation_matrix(mode: str, in_size: int, out_size, square_size=None):
     """The `(out, in)` matrix that resamples one axis of `in_size` cells to `out_size` with `mode`, as a float32
-    tensor (`out_size` may be symbolic).
+    tensor (`out_size` may be symbolic). `"bilinear_crop"` resizes to `square_size` (the longer side of the new
+    grid; default `out_size`) and keeps the first `out_size` cells.
 
     Example:
         >>> tuple(interpolation_matrix("bicubic", 4, 6).shape)
         (6, 4)
+        >>> tuple(interpolation_matrix("bilinear_crop", 8, 4, square_size=6).shape)
+        (4, 8)
     """
     mode = check_grid_interpolation(mode)
-    return _WEIGHTS[mode](in_size, _GraphOps.arange(out_size), _GraphOps.size(out_size), _GraphOps)
+    size = _scale_size(mode, out_size, square_size)
+    return _WEIGHTS[mode](in_size, _GraphOps.arange(out_size), _GraphOps.size(size), _GraphOps)
 
 
-def numpy_interpolation_matrix(mode: str, in_size: int, out_size: int) -> np.ndarray:
+def numpy_interpolation_matrix(mode: str, in_size: int, out_size: int, square_size=None) -> np.ndarray:
     """`interpolation_matrix`'s maths in NumPy float64: the load-time path (`vit_keras.weights.resample`).
 
     Example:
         >>> numpy_interpolation_matrix("linear", 2, 3)[1]
         array([0.5, 0.5])
+        >>> numpy_interpolation_matrix("bilinear_crop", 2, 1, square_size=2)
+        array([[1., 0.]])
     """
     mode = check_grid_interpolation(mode)
-    return _WEIGHTS[mode](in_size, _NumPyOps.arange(int(out_size)), _NumPyOps.size(int(out_size)), _NumPyOps)
+    size = _scale_size(mode, int(out_size), None if square_size is None else int(square_size))
+    return _WEIGHTS[mode](in_size, _NumPyOps.arange(int(out_size)), _NumPyOps.size(size), _NumPyOps)
+
+
+def square_side(new_grid):
+    """The side of the square `"bilinear_crop"` resizes to: the longer side of `new_grid` (static or symbolic).
+
+    Example:
+        >>> square_side((4, 6))
+        6
+    """
+    rows, cols = new_grid
+    if isinstance(rows, int) and isinstance(cols, int):
+        return max(rows, cols)
+    return ops.maximum(ops.cast(rows, "int32"), ops.cast(cols, "int32"))
+
+
+def numpy_resample_grid(grid: np.ndarray, new_grid, mode: str) -> np.ndarray:
+    """`resample_grid` in NumPy float64 (any mode; the result in `grid`'s dtype).
+
+    Example:
+        >>> numpy_resample_grid(np.zeros((8, 8, 4), np.float32), (4, 6), "bilinear_crop").shape
+        (4, 6, 4)
+    """
+    rows, cols = int(grid.shape[0]), int(grid.shape[1])
+    new_rows, new_cols = int(new_grid[0]), int(new_grid[1])
+    square = max(new_rows, new_cols) if mode == "bilinear_crop" else None
+    row_matrix = numpy_interpolation_matrix(mode, rows, new_rows, square)
+    col_matrix = numpy_interpolation_matrix(mode, cols, new_cols, square)
+    out = np.einsum("ri,cj,ijd->rcd", row_matrix, col_matrix, np.asarray(grid, np.float64))
+    return out.astype(grid.dtype)
 
 
 def resample_grid(grid, new_grid, mode: str = "linear"):
@@ -237,11 +298,13 @@ def resample_grid(grid, new_grid, mode: str = "linear"):
     mode = check_grid_interpolation(mode)
     rows, cols = int(grid.shape[0]), int(grid.shape[1])
     new_rows, new_cols = new_grid
-    if isinstance(new_rows, int) and isinstance(new_cols, int) and (new_rows, new_cols) == (rows, cols):
+    unchanged = isinstance(new_rows, int) and isinstance(new_cols, int) and (new_rows, new_cols) == (rows, cols)
+    if unchanged and (mode != "bilinear_crop" or rows == cols):  # a rectangle is first resized to a square
         return grid
     dtype = grid.dtype
-    row_matrix = interpolation_matrix(mode, rows, new_rows)
-    col_matrix = interpolation_matrix(mode, cols, new_cols)
+    square = square_side(new_grid) if mode == "bilinear_crop" else None
+    row_matrix = interpolation_matrix(mode, rows, new_rows, square)
+    col_matrix = interpolation_matrix(mode, cols, new_cols, square)
     grid = ops.cast(grid, "float32")
     out = ops.einsum("ri,ijd->rjd", row_matrix, grid)
     out = ops.einsum("cj,rjd->rcd", col_matrix, out)

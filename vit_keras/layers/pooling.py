@@ -17,6 +17,8 @@ POOLINGS = ("token", "avg", "max", "map")
 class TokenPooling(keras.layers.Layer):
     """`"token"` takes prefix token `token_index` (the class token, 0, by default); `"avg"` / `"max"` reduce the
     patch tokens (prefix tokens excluded); `"distilled"` averages the class and distillation tokens (DeiT).
+    `"token"` with `num_tokens` > 1 takes that many prefix tokens from `token_index` on, concatenated into one
+    `(batch, num_tokens·D)` vector (RADIO's summary of its class tokens).
 
     vit_jax's `classifier="gap"` is `"avg"` on a model without a class token. Called with `token_mask` (`(batch,
     tokens)`, true for real tokens: a NaFlex batch, `vit_keras.layers.flexible`), `"avg"` / `"max"` reduce the real
@@ -25,15 +27,20 @@ class TokenPooling(keras.layers.Layer):
     Example:
         >>> TokenPooling("avg", num_prefix_tokens=1)(keras.ops.ones((2, 5, 8))).shape
         (2, 8)
+        >>> tuple(TokenPooling("token", num_prefix_tokens=4, num_tokens=2)(keras.ops.ones((2, 9, 8))).shape)
+        (2, 16)
     """
 
     METHODS = ("token", "avg", "max", "distilled")
 
-    def __init__(self, method: str = "token", num_prefix_tokens: int = 1, token_index: int = 0, **kwargs):
+    def __init__(self, method: str = "token", num_prefix_tokens: int = 1, token_index: int = 0, num_tokens: int = 1,
+                 **kwargs):
         super().__init__(**kwargs)
         if method not in self.METHODS:
             raise ValueError(f"`pooling` must be one of {self.METHODS} or None, got {method!r}.")
-        if method == "token" and num_prefix_tokens <= token_index:
+        if int(num_tokens) < 1 or (method != "token" and int(num_tokens) != 1):
+            raise ValueError(f"`num_tokens` must be 1, or more for method='token', got {num_tokens!r}.")
+        if method == "token" and num_prefix_tokens < token_index + int(num_tokens):
             raise ValueError(
                 "pooling='token' needs a class token, but this model has none (classifier='gap'); "
                 "use pooling='avg'."
@@ -41,8 +48,12 @@ class TokenPooling(keras.layers.Layer):
         self.method = method
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.token_index = int(token_index)
+        self.num_tokens = int(num_tokens)
 
     def call(self, x, token_mask=None):
+        if self.method == "token" and self.num_tokens > 1:
+            tokens = x[:, self.token_index : self.token_index + self.num_tokens]
+            return ops.reshape(tokens, (ops.shape(x)[0], self.num_tokens * x.shape[-1]))
         if self.method == "token":
             return x[:, self.token_index]
         if self.method == "distilled":
@@ -59,11 +70,11 @@ class TokenPooling(keras.layers.Layer):
         return ops.mean(patches, axis=1) if self.method == "avg" else ops.max(patches, axis=1)
 
     def compute_output_shape(self, input_shape):
-        return (input_shape[0], input_shape[-1])
+        return (input_shape[0], self.num_tokens * input_shape[-1])
 
     def get_config(self):
         return {**super().get_config(), "method": self.method, "num_prefix_tokens": self.num_prefix_tokens,
-                "token_index": self.token_index}
+                "token_index": self.token_index, "num_tokens": self.num_tokens}
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")

@@ -93,12 +93,19 @@ def _google_info(path) -> CheckpointInfo:
 
 
 def _stored_grid(fields: dict, config_path: str) -> tuple[int, int]:
-    """The patch grid a checkpoint's position embeddings were stored at, from its config's image and patch size."""
+    """The patch grid a checkpoint's position embeddings were stored at: its config's `pos_grid` (a table that is
+    part of the architecture, RADIO's), or its image size over its patch size."""
+    if fields.get("pos_grid") is not None:
+        return tuple(fields["pos_grid"])
     size, patch = fields["image_size"], fields["patch_size"]
     grid = (size[0] // patch, size[1] // patch)
     if 0 in grid:
         raise ValueError(f"{config_path!r}: image_size {list(size)} is smaller than patch_size {patch}.")
     return grid
+
+
+# A model whose input conditioner normalises inside (RADIO) takes [0, 1] images: preprocessing only divides by 255.
+_RADIO_PREPROCESSING = ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
 
 
 def _hf_info(directory) -> CheckpointInfo:
@@ -116,7 +123,9 @@ def _hf_info(directory) -> CheckpointInfo:
         classes=_shape_or_none(params, "head/bias"), representation_size=fields.get("representation_size"),
         source_grid=grid, reader=lambda num_heads: params, architecture=fields,
         default_interpolation="bilinear_antialias" if naflex else "bicubic", native_aspect=naflex,
-        normalization=hf.preprocessor_normalization(directory),
+        # RADIO normalises inside the model (its input conditioner): the preprocessing only scales to [0, 1].
+        normalization=(_RADIO_PREPROCESSING if fields.get("input_normalization") is not None
+                       else hf.preprocessor_normalization(directory)),
     )
 
 

@@ -3,8 +3,10 @@
 Supported `model_type`s: `vit` (`ViTModel`, `ViTForImageClassification`: the pooler `tanh(dense(token))` is vit_jax's
 `pre_logits`), `dinov2` (`Dinov2Model`: LayerScale), `clip_vision_model` (`CLIPVisionModel`: `pre_layrnorm`,
 quick-GELU, `post_layernorm` on the class token only) and `siglip_vision_model` (`SiglipVisionModel`: no class
-token, `post_layernorm` on every token, the attention-pooling `head`); and the 2025-26 towers `dinov3_vit`,
-`ijepa`, `aimv2_vision_model` and the vision tower of `aimv2` (`vit_keras.weights.hf_families`). Each is a table
+token, `post_layernorm` on every token, the attention-pooling `head`), `radio` (`RadioModel`: several class
+tokens and registers, a bias-free linear patch embedding, the cropped position table, the input conditioner inside
+the model, no final norm); and the 2025-26 towers `dinov3_vit`, `ijepa`, `aimv2_vision_model` and the vision tower
+of `aimv2` (`vit_keras.weights.hf_families`). Each is a table
 of rules (`TABLES`, see `vit_keras.weights.rules`) onto the canonical vit_jax names, plus a partial `ViTConfig` read
 off `config.json`; errors name the file and the key, and a tensor the config promises but the file lacks is refused,
 never invented.
@@ -19,6 +21,7 @@ import os
 
 import numpy as np
 
+from vit_keras.configs import check_input_normalization
 from vit_keras.weights import hf_families, hub, json_config, rules, schema
 from vit_keras.weights.safetensors_io import read_safetensors
 
@@ -29,10 +32,14 @@ PICKLE_NAMES = ("pytorch_model.bin", "model.bin", "pytorch_model.pt")
 # hidden_act values -> ViTConfig.activation (HF's "gelu" is exact erf; the tanh forms are the approximations).
 _HIDDEN_ACTS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                 "gelu_fast": "gelu_tanh", "quick_gelu": "quick_gelu"}
-MODEL_TYPES = ("vit", "dinov2", "clip_vision_model", "siglip_vision_model", "siglip2_vision_model",
+MODEL_TYPES = ("vit", "dinov2", "clip_vision_model", "siglip_vision_model", "siglip2_vision_model", "radio",
                *hf_families.MODEL_TYPES)
 # SigLIP 2 NaFlex: no fixed image size; the position grid is resized per image with torch's antialiased bilinear.
 NAFLEX_MODEL_TYPES = ("siglip2_vision_model",)
+# RadioModel's buffers that are not weights: its input conditioner (config.json's norm_mean / norm_std, as (3, 1, 1))
+# and which class tokens its summary reads. Checked against config.json (`_radio_buffers`), never loaded.
+RADIO_BUFFERS = ("input_conditioner.norm_mean", "input_conditioner.norm_std", "summary_idxs")
+RADIO_TOKENS = "patch_generator.cls_token.token"
 
 
 # The tables of the supported model types (transformers 5.x modeling_vit / _dinov2 / _clip / _siglip; see `rules`).
@@ -116,6 +123,24 @@ TABLES = {
         *_CLIP_BLOCKS,
         *_SIGLIP_TOP,
     ), prefixes=("vision_model.",)),
+    # transformers' RadioModel writes the original RADIO names (radio_model.model.*); the timm-style block.
+    "radio": rules.Table("Hugging Face radio", (
+        rules.Rule("patch_generator.embedder", "embedding", rules.LINEAR_PATCH_CHW, required=True),
+        # The class tokens, then the registers, in one (num_cls_tokens + num_registers, D) tensor: `canonicalize`
+        # splits it by config.json's counts (`_split_radio_tokens`).
+        rules.Rule(RADIO_TOKENS, "cls", rules.TOKENS, required=True),
+        rules.Rule("patch_generator.pos_embed", schema.POS_EMBEDDING, rules.TOKENS, required=True),
+        rules.Rule("blocks.{i}.norm1", schema.BLOCK_NORM_1, rules.NORM, required=True),
+        rules.Rule("blocks.{i}.attn.qkv", schema.BLOCK_ATTENTION, rules.fused("query", "key", "value"),
+                   required=True, bias="qkv_bias"),
+        rules.Rule("blocks.{i}.attn.proj", f"{schema.BLOCK_ATTENTION}/out", rules.HEADS_OUT, required=True),
+        rules.Rule("blocks.{i}.layer_scale1", schema.BLOCK_SCALE_1, rules.scale("lambda1"), required=True),
+        rules.Rule("blocks.{i}.norm2", schema.BLOCK_NORM_2, rules.NORM, required=True),
+        rules.Rule("blocks.{i}.mlp.fc1", schema.BLOCK_MLP_IN, rules.LINEAR, required=True),
+        rules.Rule("blocks.{i}.mlp.fc2", schema.BLOCK_MLP_OUT, rules.LINEAR, required=True),
+        rules.Rule("blocks.{i}.layer_scale2", schema.BLOCK_SCALE_2, rules.scale("lambda1"), required=True),
+    ), prefixes=("radio_model.model.", "radio_model."), ignored=RADIO_BUFFERS,
+        refused=(("video_embedder", "a video patch embedding"), ("mlp.w12", "a SwiGLU MLP (use_swiglu_ffn)"))),
 }
 
 
@@ -154,7 +179,13 @@ def read_config(path: str) -> dict:
     if json_config.require(config, "num_channels", int, file, default=3) != 3:
         raise ValueError(f"{file!r}: num_channels {config['num_channels']} (vit_keras checkpoints take RGB).")
     if config.get("use_swiglu_ffn"):
-        raise ValueError(f"{file!r}: use_swiglu_ffn (DINOv2 giant's SwiGLU MLP) is not implemented in vit_keras.")
+        raise ValueError(f"{file!r}: use_swiglu_ffn (a SwiGLU MLP, as in DINOv2 giant) is not implemented for "
+                         f"Hugging Face {model_type!r} checkpoints in vit_keras.")
+    if model_type == "radio":
+        video = sorted(key for key in ("video_patch_dim", "video_temporal_patch_size") if config.get(key) is not None)
+        if video:
+            raise ValueError(f"{file!r}: {video} describe RADIO's video patch embedding, which vit_keras does not "
+                             "implement (it reads image-only RadioModel checkpoints).")
     return config
 
 
@@ -185,7 +216,7 @@ def architecture(config: dict, path: str) -> dict:
                                                         default=1e-12 if model_type == "vit" else 1e-6)),
         "qkv_bias": json_config.require(config, "qkv_bias", bool, file, default=True),
     }
-    if model_type == "dinov2":
+    if model_type in ("dinov2", "radio"):
         ratio = json_config.require(config, "mlp_ratio", float, file, default=4, positive=True)
         fields.update(mlp_dim=int(hidden * ratio), layer_scale=True)
     else:
@@ -196,6 +227,8 @@ def architecture(config: dict, path: str) -> dict:
     if model_type in ("siglip_vision_model", *NAFLEX_MODEL_TYPES):
         use_head = json_config.require(config, "vision_use_head", bool, file, default=True)
         fields.update(class_token=False, global_pool="map" if use_head else "avg")
+    if model_type == "radio":
+        fields.update(_radio_fields(config, file, fields["patch_size"]))
     return fields
 
 
@@ -233,6 +266,67 @@ def preprocessor_normalization(path: str) -> tuple | None:
     if len(mean) != 3 or len(std) != 3 or not all(isinstance(v, int | float) for v in mean + std):
         raise ValueError(f"{file!r}: image_mean and image_std must be 3 numbers each, got {mean!r}, {std!r}.")
     return tuple(float(m) for m in mean), tuple(float(s) for s in std)
+
+
+def _radio_fields(config: dict, file: str, patch: int) -> dict:
+    """RadioModel's parts: its class tokens and registers (no position embeddings on either), the bias-free patch
+    embedding, the (max_img_size / patch)² position table cropped per image, the input conditioner, no final norm."""
+    max_size = json_config.require(config, "max_img_size", int, file, positive=True)
+    if max_size % patch:
+        raise ValueError(f"{file!r}: max_img_size {max_size} is not a multiple of patch_size {patch}.")
+    mean = json_config.require(config, "norm_mean", list, file)
+    std = json_config.require(config, "norm_std", list, file)
+    try:
+        conditioner = check_input_normalization((mean, std))
+    except ValueError as error:
+        raise ValueError(f"{file!r}: norm_mean / norm_std: {error}") from error
+    if len(conditioner[0]) != 3:
+        raise ValueError(f"{file!r}: norm_mean / norm_std must have 3 values (RGB), got {mean!r}, {std!r}.")
+    return {
+        "num_class_tokens": json_config.require(config, "num_cls_tokens", int, file, positive=True),
+        "num_register_tokens": json_config.require(config, "num_registers", int, file, default=0),
+        "no_embed_class": True, "patch_bias": False, "final_norm": False, "fc_norm": False, "global_pool": "token",
+        "pos_interpolation": "bilinear_crop", "pos_grid": (max_size // patch, max_size // patch),
+        "input_normalization": conditioner,
+    }
+
+
+def _radio_buffers(tensors, config: dict, fields: dict, source: str) -> None:
+    """RadioModel's buffers must say what its config.json says: the conditioner's mean and std (float32 copies of
+    the config's values), and a summary of all its class tokens in order (the summary vit_keras pools)."""
+    mean, std = fields["input_normalization"]
+    for name, values in (("norm_mean", mean), ("norm_std", std)):
+        key = next((k for k in tensors if k.endswith(f"input_conditioner.{name}")), None)
+        if key is None:
+            continue
+        found = np.asarray(tensors[key], np.float64).reshape(-1)
+        expected = np.asarray(values, np.float32).astype(np.float64)
+        if found.shape != expected.shape or not np.allclose(found, expected, rtol=1e-6, atol=0.0):
+            raise ValueError(f"{source}: {key} is {found.tolist()} but config.json's {name} is {list(values)}; "
+                             "nothing was loaded. Check that the file and its config.json describe the same model.")
+    key = next((k for k in tensors if k.endswith("summary_idxs")), None)
+    indices = config.get("summary_idxs") if key is None else np.asarray(tensors[key]).reshape(-1).tolist()
+    wanted = list(range(fields["num_class_tokens"]))
+    if indices is not None and list(indices) != wanted:
+        raise ValueError(f"{source}: summary_idxs {list(indices)} (in {key or 'config.json'}) picks some of the "
+                         f"{fields['num_class_tokens']} class tokens; vit_keras pools all of them in order ({wanted}). "
+                         "Read the tokens (pooling=None) and pick the summary's class tokens yourself.")
+
+
+def _split_radio_tokens(params: dict, tensors, fields: dict, source: str) -> dict:
+    """The combined (class tokens + registers) tensor as `cls` (1, n_cls, D) and `reg` (1, n_reg, D)."""
+    tokens = params.pop("cls")
+    n_cls, n_reg = fields["num_class_tokens"], fields["num_register_tokens"]
+    if tokens.shape[1] != n_cls + n_reg:
+        key = next((k for k in tensors if k.endswith(RADIO_TOKENS)), RADIO_TOKENS)
+        raise ValueError(f"{source}: {key} has shape {tuple(np.shape(tensors[key]))} ({tokens.shape[1]} tokens) but "
+                         f"config.json says num_cls_tokens {n_cls} + num_registers {n_reg} = {n_cls + n_reg}, i.e. "
+                         f"shape ({n_cls + n_reg}, {tokens.shape[2]}); nothing was loaded. Check that the file and "
+                         "its config.json describe the same model.")
+    params["cls"] = tokens[:, :n_cls]
+    if n_reg:
+        params["reg"] = tokens[:, n_cls:]
+    return params
 
 
 def read_tensors(path: str) -> dict:
@@ -296,8 +390,13 @@ def canonicalize(tensors: dict[str, np.ndarray], config: dict, *, source: str | 
     if model_type not in TABLES:
         raise ValueError(f"{source}: a {model_type!r} model; vit_keras reads Hugging Face {MODEL_TYPES}.")
     fields = architecture(config, os.path.dirname(source))
-    return rules.apply_table(TABLES[model_type], tensors, num_heads=fields["num_heads"], source=source,
-                             switches=rules.config_switches(fields))
+    if model_type == "radio":
+        _radio_buffers(tensors, config, fields, source)
+    params = rules.apply_table(TABLES[model_type], tensors, num_heads=fields["num_heads"], source=source,
+                               switches=rules.config_switches(fields))
+    if model_type == "radio":
+        params = _split_radio_tokens(params, tensors, fields, source)
+    return params
 
 
 def read_hf_dir(path: str) -> tuple[dict[str, np.ndarray], dict]:

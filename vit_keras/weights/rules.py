@@ -76,8 +76,12 @@ def _back_no_heads(function):
 LINEAR = Transform(_no_heads(torch_layout.linear), ("kernel", "bias"), inverse=_back_no_heads(torch_layout.linear_back))
 NORM = Transform(_no_heads(torch_layout.norm), ("scale", "bias"), inverse=_back_no_heads(torch_layout.norm_back))
 PATCH = Transform(_no_heads(torch_layout.patch), ("kernel", "bias"), inverse=_back_no_heads(torch_layout.patch_back))
+# A Linear over patches flattened (row, column, channel) (SigLIP 2 NaFlex, timm NaFlexEmbeds).
 LINEAR_PATCH = Transform(_no_heads(torch_layout.linear_patch), ("kernel", "bias"),
                          inverse=_back_no_heads(torch_layout.linear_patch_back))
+# A bias-free Linear over channel-major (C, P, P) patches (RADIO's patch embedder).
+LINEAR_PATCH_CHW = Transform(_no_heads(torch_layout.linear_patch_chw), ("kernel", "bias"), bias=None,
+                             inverse=_back_no_heads(torch_layout.linear_patch_chw_back))
 HEADS_IN = Transform(torch_layout.heads_in, ("kernel", "bias"), inverse=torch_layout.heads_in_back)
 HEADS_OUT = Transform(torch_layout.heads_out, ("kernel", "bias"), inverse=torch_layout.heads_out_back)
 

@@ -10,8 +10,9 @@ import ml_dtypes
 import numpy as np
 
 PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".pkl")
-# Integer buffers a PyTorch state dict may carry next to the weights (not weights themselves).
-INDEX_BUFFERS = ("position_ids", "num_batches_tracked", "relative_position_index")
+# Integer buffers a PyTorch state dict may carry next to the weights (not weights themselves); `summary_idxs` is
+# RADIO's choice of class tokens for its summary (checked against its config by the transformers reader).
+INDEX_BUFFERS = ("position_ids", "num_batches_tracked", "relative_position_index", "summary_idxs")
 
 
 def refuse_pickle(path: str) -> None:

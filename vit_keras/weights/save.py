@@ -127,6 +127,15 @@ def _common_refusals(config, target: str, fix: str):
         # The plain ViT layouts written here would drop these parts and give another function.
         _refuse(f"vit_keras writes {target} files for the plain ViT block; this model has {parts}",
                 "keep the .keras file")
+    radio = {field: getattr(config, field) for field, plain in (
+        ("num_class_tokens", 1), ("final_norm", True), ("input_normalization", None))
+        if getattr(config, field) != plain}
+    if config.pos_interpolation == "bilinear_crop":
+        radio["pos_interpolation"] = config.pos_interpolation
+    if radio:
+        # RADIO's parts: the plain ViT layouts written here have none of them.
+        _refuse(f"vit_keras writes {target} files for the plain ViT; this model has RADIO's {radio}",
+                "keep the .keras file")
     if config.position_embedding != "learned_1d":
         _refuse(f"{target} stores learned 1-D position embeddings; this model has "
                 f"position_embedding={config.position_embedding!r}", fix)

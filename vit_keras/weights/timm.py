@@ -94,13 +94,18 @@ SWITCHES = {
     "quickgelu": {"activation": "quick_gelu"},
     "siglip": {"class_token": False, "global_pool": "map"},
     "gap": {"class_token": False, "global_pool": "avg", "fc_norm": False},
+    # C-RADIOv3 as timm builds it (vit_*_patch16_radio_v3): 7 registers without position embeddings, no final norm.
+    "radio": {"num_register_tokens": 7, "no_embed_class": True, "final_norm": False, "image_size": (512, 512)},
 }
+# timm's vit_base / vit_large _patch16_radio_v3 have LayerScale (init_values=1e-5); vit_huge_patch16_radio_v3 has not.
+RADIO_LAYER_SCALE_SIZES = ("base", "large")
 _RESOLUTION = re.compile(r"^(\d{3})$")
-_BENIGN_TOKENS = {"in21k", "in22k", "ft", "in1k", "augreg", "orig", "mae", "dino"}
+_BENIGN_TOKENS = {"in21k", "in22k", "ft", "in1k", "augreg", "orig", "mae", "dino", "v3"}
 _MODEL_ARGS = {"img_size", "patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "num_classes", "global_pool",
                "fc_norm", "class_token", "reg_tokens", "no_embed_class", "pre_norm", "init_values", "qkv_bias",
                "in_chans", "drop_rate", "pos_drop_rate", "attn_drop_rate", "drop_path_rate", "proj_drop_rate",
-               "dynamic_img_size", "dynamic_img_pad", "representation_size", "act_layer", "pos_embed_grid_size"}
+               "dynamic_img_size", "dynamic_img_pad", "representation_size", "act_layer", "pos_embed_grid_size",
+               "final_norm"}
 # timm `act_layer` names (timm/layers/create_act.py) -> ViTConfig.activation.
 ACT_LAYERS = {"gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
 
@@ -140,8 +145,14 @@ def canonicalize(tensors: dict[str, np.ndarray], num_heads: int, *, config: dict
     Example:
         >>> canonicalize(read_safetensors("vit.safetensors"), num_heads=12)  # doctest: +SKIP
     """
-    return rules.apply_table(NAFLEX_TABLE if naflex else TABLE, tensors, num_heads=num_heads,
-                             source=rules.source_name(tensors, source),
+    source = rules.source_name(tensors, source)
+    if config is not None and not config.get("final_norm", True):
+        norms = sorted(key for key in tensors if key.startswith(("norm.", "fc_norm.")))
+        if norms:
+            raise ValueError(f"{source}: the config says final_norm=False (no norm after the blocks), but the file "
+                             f"holds {norms}; nothing was loaded. Check that the file and its config.json describe "
+                             "the same model.")
+    return rules.apply_table(NAFLEX_TABLE if naflex else TABLE, tensors, num_heads=num_heads, source=source,
                              switches=rules.config_switches(config))
 
 
@@ -201,8 +212,13 @@ def architecture_switches(name: str, path: str = CONFIG_NAME) -> dict:
               "mlp_dim": 4 * hidden, "activation": "gelu", "layer_norm_epsilon": LAYER_NORM_EPSILON,
               "distilled": bool(distilled), "image_size": (224, 224)}
     for token in [t for t in rest.split("_") if t]:
+        if token == "v4" and "radio" in rest:
+            raise ValueError(f"{path!r}: timm architecture {name!r} is C-RADIOv4, which vit_keras does not implement "
+                             "(it reads C-RADIOv3: vit_<base|large|huge>_patch16_radio_v3).")
         if token in SWITCHES:
             fields.update(SWITCHES[token])
+            if token == "radio" and size in RADIO_LAYER_SCALE_SIZES:
+                fields["layer_scale"] = True
         elif _RESOLUTION.match(token):
             fields["image_size"] = (int(token), int(token))
         elif token not in _BENIGN_TOKENS:
@@ -249,7 +265,7 @@ def read_config(directory: str) -> tuple[dict, tuple | None]:
                                 default=NAFLEX_ARCHITECTURES[name]["mlp_ratio"] if naflex else 4.0)
     fields["mlp_dim"] = int(fields["hidden_size"] * ratio)
     for key, field in (("class_token", "class_token"), ("no_embed_class", "no_embed_class"),
-                       ("pre_norm", "pre_norm"), ("qkv_bias", "qkv_bias")):
+                       ("pre_norm", "pre_norm"), ("qkv_bias", "qkv_bias"), ("final_norm", "final_norm")):
         if key in args:
             fields[field] = json_config.require(args, key, bool, margs)
     if "pre_norm" in args:
@@ -274,6 +290,8 @@ def read_config(directory: str) -> tuple[dict, tuple | None]:
     fc_norm = args.get("fc_norm")
     fields["fc_norm"] = (fields.get("global_pool") == "avg" if fc_norm is None
                          else json_config.require(args, "fc_norm", bool, margs))
+    if not fields.get("final_norm", True):
+        fields["fc_norm"] = False  # timm: final_norm=False makes both `norm` and `fc_norm` Identity
     if json_config.require(args, "in_chans", int, margs, default=3) != 3:
         raise ValueError(f"{path!r}: in_chans {args['in_chans']} (vit_keras checkpoints take RGB).")
     if fields.get("distilled") and fields.get("global_pool", "token") != "token":

@@ -117,6 +117,35 @@ def linear_patch_back(prefix: str, params) -> tuple:
     return np.ascontiguousarray(kernel.reshape(-1, kernel.shape[-1]).T), _bias_of(params, prefix)
 
 
+def linear_patch_chw(prefix: str, weight, bias=None) -> dict:
+    """A Linear over patches flattened channel-major, (C, P, P) (RADIO's `embedder`, weight (D, C·P·P)), as
+    `{prefix}/kernel` (P, P, C, D): the same function as a patch convolution. The images are RGB (C = 3).
+
+    Example:
+        >>> linear_patch_chw("embedding", np.zeros((8, 3 * 4 * 4)))["embedding/kernel"].shape
+        (4, 4, 3, 8)
+    """
+    weight = _f32(weight)
+    side = int(round((weight.shape[-1] / 3) ** 0.5)) if weight.ndim == 2 else 0
+    if weight.ndim != 2 or 3 * side * side != weight.shape[1]:
+        raise ValueError(f"A linear patch embedding must have shape (D, 3·P·P) for RGB patches of side P, got "
+                         f"{weight.shape}.")
+    kernel = patch_kernel(weight.reshape(weight.shape[0], 3, side, side))
+    return _with_bias({f"{prefix}/kernel": kernel}, prefix, bias)
+
+
+def linear_patch_chw_back(prefix: str, params) -> tuple:
+    """`{prefix}/kernel` (P, P, C, D) -> the Linear weight (D, C·P·P) over channel-major patches, and its bias.
+
+    Example:
+        >>> linear_patch_chw_back("e", linear_patch_chw("e", np.arange(96.0).reshape(2, 48)))[0][1, :3].tolist()
+        [48.0, 49.0, 50.0]
+    """
+    kernel = _f32(params[f"{prefix}/kernel"])
+    weight = kernel.transpose(3, 2, 0, 1).reshape(kernel.shape[3], -1)
+    return np.ascontiguousarray(weight), _bias_of(params, prefix)
+
+
 def _heads(hidden: int, num_heads: int) -> int:
     if hidden % num_heads:
         raise ValueError(f"Hidden size {hidden} is not divisible by num_heads {num_heads}.")
