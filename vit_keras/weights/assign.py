@@ -51,7 +51,8 @@ def model_slots(model) -> dict[str, CheckpointVariable]:
 
     Example:
         >>> import vit_keras
-        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96, classes=10)
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
         >>> sorted(model_slots(model))[:2]
         ['Transformer/encoder_norm/bias', 'Transformer/encoder_norm/scale']
     """
