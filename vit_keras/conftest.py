@@ -37,6 +37,8 @@ def pytest_collection_modifyitems(config, items):
     backend = keras.backend.backend()
     skip = pytest.mark.skip(reason=f"needs the TensorFlow backend (KERAS_BACKEND={backend})")
     for item in items:
+        # model.quantize says which layers (InputLayer, Dropout, ...) have nothing to quantize.
+        item.add_marker(pytest.mark.filterwarnings("ignore:Layer .* does not have a `quantize`:UserWarning"))
         if item.name.startswith(COMPATIBILITY_MODULES):
             item.add_marker(pytest.mark.filterwarnings("ignore:.*vit-keras 0.2.0's API:FutureWarning"))
         if backend != "tensorflow" and item.name.startswith(TF_ONLY_MODULES):
@@ -49,6 +51,7 @@ def _doctest_environment(doctest_namespace, tmp_path, monkeypatch):
     if (REPOSITORY / "tests" / "fixtures").is_dir():
         (tmp_path / "tests").symlink_to(REPOSITORY / "tests", target_is_directory=True)
     monkeypatch.chdir(tmp_path)
+    keras.utils.clear_session()  # automatic layer names start afresh
     keras.mixed_precision.set_global_policy("float32")
     keras.utils.set_random_seed(0)
     yield

@@ -21,7 +21,7 @@ class TokenPooling(keras.layers.Layer):
     vit_jax's `classifier="gap"` is `"avg"` on a model without a class token.
 
     Example:
-        >>> TokenPooling("avg", num_prefix_tokens=1)(keras.ops.ones((2, 5, 8))).shape
+        >>> tuple(TokenPooling("avg", num_prefix_tokens=1)(keras.ops.ones((2, 5, 8))).shape)
         (2, 8)
     """
 
@@ -64,7 +64,7 @@ class MAPHead(SublayerPolicies, keras.layers.Layer):
     `AttentionPoolLatent` and SigLIP's `head` compute the same function; no residual around the attention.
 
     Example:
-        >>> MAPHead(num_heads=2, mlp_dim=16)(keras.ops.ones((2, 5, 8))).shape
+        >>> tuple(MAPHead(num_heads=2, mlp_dim=16)(keras.ops.ones((2, 5, 8))).shape)
         (2, 8)
     """
 
