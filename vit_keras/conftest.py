@@ -51,7 +51,7 @@ def _doctest_environment(doctest_namespace, tmp_path, monkeypatch):
     if (REPOSITORY / "tests" / "fixtures").is_dir():
         (tmp_path / "tests").symlink_to(REPOSITORY / "tests", target_is_directory=True)
     monkeypatch.chdir(tmp_path)
-    keras.utils.clear_session()  # automatic layer names start afresh
+    keras.utils.clear_session(free_memory=False)  # automatic layer names start afresh (gc.collect is slow)
     keras.mixed_precision.set_global_policy("float32")
     keras.utils.set_random_seed(0)
     yield
