@@ -61,7 +61,9 @@ def main(argv=None) -> int:
     1 when the run failed (its output directory is in use, or the loss became NaN).
 
     Example:
-        >>> main(["predict", "--help"])  # doctest: +SKIP
+        >>> main(["predict", "--help"])
+        Traceback (most recent call last):
+        SystemExit: 0
     """
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
