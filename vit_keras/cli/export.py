@@ -142,8 +142,7 @@ def refuse_keras_quantized(model, path) -> None:
     the TFLite converter cannot lower their integer kernels, and would fail deep in MLIR.
 
     Example:
-        >>> import vit_keras
-        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
+        >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])  # any Keras model
         >>> refuse_keras_quantized(model, None)
         >>> model.quantize("int8")
         >>> refuse_keras_quantized(model, None)
