@@ -186,8 +186,6 @@ def write_inspection_figures(model, data: DemoData, output_dir) -> list:
         >>> len(write_inspection_figures(model, data, "demo_output"))
         inspection figures: demo_output/inspection/attention_maps.png, ...
         4
-        inspection figures: demo_output/inspection/attention_maps.png, demo_output/inspection/attention_distance.png, demo_output/inspection/position_embedding_similarity.png, demo_output/inspection/embedding_filters.png
-        4
     """
     from vit_keras.inspection import write_figures
 
