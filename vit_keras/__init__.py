@@ -2,7 +2,10 @@
 
 Example:
     >>> import vit_keras
-    >>> model = vit_keras.ViTB16(weights=None, classes=10)  # doctest: +SKIP
+    >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96,
+    ...                       classes=10)
+    >>> model.output_shape
+    (None, 10)
 """
 
 from vit_keras import configs, data, export, inspection, layers, training

@@ -12,9 +12,12 @@ a run is reproducible and a resumed run can skip exactly the examples it has alr
 
 Example:
     >>> from vit_keras import data
-    >>> split = data.load("vit_keras_digits", "train")  # doctest: +SKIP
+    >>> split = data.load("vit_keras_digits", "train")
     >>> ds = data.train_pipeline(split.dataset, image_size=16, batch_size=64,
-    ...                          num_classes=split.num_classes, seed=0)  # doctest: +SKIP
+    ...                          num_classes=split.num_classes, seed=0)
+    >>> images, labels = next(iter(ds))
+    >>> images.shape, labels.shape
+    (TensorShape([64, 16, 16, 3]), TensorShape([64, 10]))
 """
 
 from __future__ import annotations
@@ -76,8 +79,8 @@ def load(source, split: str = "train", *, data_dir: str | None = None, num_class
     a `ValueError` that lists what exists. For a `tf.data.Dataset`, pass `num_classes`.
 
     Example:
-        >>> split = load("vit_keras_digits", "test")  # doctest: +SKIP
-        >>> split.num_classes, split.num_examples  # doctest: +SKIP
+        >>> split = load("vit_keras_digits", "test")
+        >>> split.num_classes, split.num_examples
         (10, 360)
     """
     tf = _tf()
@@ -130,7 +133,10 @@ def check_labels(split: Split, classes: int) -> None:
     examples are scanned. The pipelines also assert the range of every label they pass on.
 
     Example:
-        >>> check_labels(load("vit_keras_digits", "test"), classes=10)  # doctest: +SKIP
+        >>> check_labels(load("vit_keras_digits", "test"), classes=10)
+        >>> check_labels(load("vit_keras_digits", "test"), classes=5)
+        Traceback (most recent call last):
+        ValueError: ...
     """
     if split.num_classes is not None and split.num_classes > classes:
         raise ValueError(
@@ -366,7 +372,11 @@ def to_numpy(dataset, limit: int | None = None):
     """Collect a batched `(images, labels)` pipeline into two numpy arrays (labels as class indices).
 
     Example:
-        >>> x, y = to_numpy(eval_pipeline(ds, image_size=16, batch_size=4, num_classes=2))  # doctest: +SKIP
+        >>> import tensorflow as tf
+        >>> ds = tf.data.Dataset.from_tensor_slices((np.zeros((6, 8, 8, 3), "uint8"), np.array([0, 1] * 3)))
+        >>> x, y = to_numpy(eval_pipeline(ds, image_size=16, batch_size=4, num_classes=2))
+        >>> x.shape, y.shape
+        ((6, 16, 16, 3), (6,))
     """
     images, labels, seen = [], [], 0
     for x, y in dataset.as_numpy_iterator():

@@ -87,7 +87,9 @@ def test_arrays(image_size: int, data_dir: str | None = None, split_name: str = 
     """The held-out digits at `image_size`, as the eval pipeline feeds them: (float32 images, int labels).
 
     Example:
-        >>> images, labels = test_arrays(16)  # doctest: +SKIP
+        >>> images, labels = test_arrays(16)
+        >>> images.shape, images.dtype, labels.shape
+        ((360, 16, 16, 3), dtype('float32'), (360,))
     """
     from vit_keras import data
 
@@ -130,7 +132,12 @@ def save_and_reload(model, data: DemoData, output_dir) -> dict:
     """Demo step: save `.keras`, reload with `safe_mode=True`, demand identical predictions.
 
     Example:
-        >>> save_and_reload(model, data, "demo_output")  # doctest: +SKIP
+        >>> images, labels = test_arrays(16)
+        >>> data = DemoData(images[:8], labels[:8], images[:8])
+        >>> model = build_demo_model(image_size=16, num_layers=1)
+        >>> os.makedirs("demo_output")
+        >>> save_and_reload(model, data, "demo_output")
+        saved demo_output/vit_digits.keras; reloaded with safe_mode=True: identical predictions
         {'saved': 'demo_output/vit_digits.keras', 'identical': True}
     """
     import keras
@@ -151,8 +158,9 @@ def export_for_deployment(model, data: DemoData, output_dir) -> list:
 
     Full int8 is calibrated on training digits, never on the held-out ones it is then scored on.
 
-    Example:
-        >>> rows = export_for_deployment(model, data, "demo_output")  # doctest: +SKIP
+    Example (about a minute for the demo's model: five conversions, and int8 calibration)::
+
+        rows = export_for_deployment(model, data, "demo_output")
     """
     from vit_keras import export
 
@@ -174,7 +182,12 @@ def write_inspection_figures(model, data: DemoData, output_dir) -> list:
     """Demo step: the paper's four analyses of the trained model, as PNGs under `<output_dir>/inspection`.
 
     Example:
-        >>> write_inspection_figures(model, data, "demo_output")  # doctest: +SKIP
+        >>> images, labels = test_arrays(16)
+        >>> data = DemoData(images[:4], labels[:4], images[:4])
+        >>> model = build_demo_model(image_size=16, num_layers=1)
+        >>> len(write_inspection_figures(model, data, "demo_output"))
+        inspection figures: demo_output/inspection/attention_maps.png, ...
+        4
     """
     from vit_keras.inspection import write_figures
 

@@ -77,8 +77,12 @@ def atomic_file(final_path, overwrite: bool = True, flag: str = "overwrite=True"
     the caller allows it: "overwrite=True" for a function, "--overwrite" for the CLI).
 
     Example:
-        >>> with atomic_file("out/model.keras") as tmp:  # doctest: +SKIP
-        ...     model.save(tmp)
+        >>> import os
+        >>> os.makedirs("out")
+        >>> with atomic_file("out/model.keras") as tmp:
+        ...     keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]).save(tmp)
+        >>> os.listdir("out")
+        ['model.keras']
     """
     final_path = os.fspath(final_path)
     refuse_existing(final_path, overwrite, flag)
@@ -107,8 +111,12 @@ def atomic_directory(final_path, overwrite: bool = False, flag: str = "overwrite
     half-written version; on error it is removed and an existing `final_path` is left untouched.
 
     Example:
-        >>> with atomic_directory("models/vit/3") as tmp:  # doctest: +SKIP
-        ...     write_everything_into(tmp)
+        >>> import os
+        >>> with atomic_directory("models/vit/3") as tmp:
+        ...     with open(os.path.join(tmp, "saved_model.pb"), "wb") as f:
+        ...         _ = f.write(b"...")
+        >>> os.listdir("models/vit"), os.listdir("models/vit/3")
+        (['3'], ['saved_model.pb'])
     """
     final_path = os.fspath(final_path)
     parent, name = os.path.split(os.path.abspath(final_path))

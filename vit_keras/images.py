@@ -9,7 +9,9 @@ or downloaded (`check_image_bytes`) and, inside the exported graph, the SavedMod
 An image read from a URL is also capped in bytes: `DEFAULT_MAX_IMAGE_BYTES`, or `$VIT_KERAS_MAX_IMAGE_BYTES`.
 
 Example:
-    >>> read_image("cat.jpg", (224, 224)).shape  # doctest: +SKIP
+    >>> from PIL import Image
+    >>> Image.new("RGB", (500, 375), "orange").save("cat.jpg")
+    >>> read_image("cat.jpg", (224, 224)).shape
     (224, 224, 3)
 """
 
@@ -33,7 +35,7 @@ def max_image_pixels() -> int:
     """The pixel limit: `$VIT_KERAS_MAX_IMAGE_PIXELS` when set, else `DEFAULT_MAX_PIXELS`.
 
     Example:
-        >>> max_image_pixels()  # with the variable unset  # doctest: +SKIP
+        >>> max_image_pixels()  # with the variable unset
         89478485
     """
     text = os.environ.get(MAX_PIXELS_ENV, "").strip()
@@ -49,7 +51,7 @@ def max_image_bytes() -> int:
     `DEFAULT_MAX_IMAGE_BYTES` (256 MiB).
 
     Example:
-        >>> max_image_bytes()  # with the variable unset  # doctest: +SKIP
+        >>> max_image_bytes()  # with the variable unset
         268435456
     """
     text = os.environ.get(MAX_BYTES_ENV, "").strip()
@@ -148,7 +150,9 @@ def image_header(path: str) -> tuple[str | None, tuple[int, int] | None]:
     """The format (one of `ACCEPTED_FORMATS`, or None) and (width, height) read from a file's header.
 
     Example:
-        >>> image_header("cat.png")  # doctest: +SKIP
+        >>> from PIL import Image
+        >>> Image.new("RGB", (640, 480)).save("cat.png")
+        >>> image_header("cat.png")
         ('PNG', (640, 480))
     """
     with open(path, "rb") as f:
@@ -159,7 +163,10 @@ def encoded_image_header(data: bytes) -> tuple[str | None, tuple[int, int] | Non
     """The format (one of `ACCEPTED_FORMATS`, or None) and (width, height) read from encoded image bytes.
 
     Example:
-        >>> encoded_image_header(open("cat.png", "rb").read())  # doctest: +SKIP
+        >>> import io
+        >>> from PIL import Image
+        >>> png = io.BytesIO(); Image.new("RGB", (640, 480)).save(png, "PNG")
+        >>> encoded_image_header(png.getvalue())
         ('PNG', (640, 480))
     """
     return _header(io.BytesIO(data))[:2]
@@ -186,7 +193,7 @@ def check_pixel_count(name: str, kind: str, size: tuple[int, int], max_pixels: i
     when it is more than width x height (a GIF's frames), counted against the limit instead.
 
     Example:
-        >>> check_pixel_count("'big.png'", "PNG", (20000, 20000))  # doctest: +SKIP
+        >>> check_pixel_count("'big.png'", "PNG", (20000, 20000))
         Traceback (most recent call last):
         ValueError: 'big.png' is a 20000x20000 PNG (400,000,000 pixels), above the limit of 89,478,485 pixels ...
     """
@@ -219,7 +226,9 @@ def check_image_file(path, max_pixels: int | None = None) -> tuple[str, tuple[in
     format and (width, height).
 
     Example:
-        >>> check_image_file("cat.jpg")  # doctest: +SKIP
+        >>> from PIL import Image
+        >>> Image.new("RGB", (500, 375)).save("cat.jpg")
+        >>> check_image_file("cat.jpg")
         ('JPEG', (500, 375))
     """
     path = os.fspath(path)
@@ -238,8 +247,10 @@ def check_image_bytes(data: bytes, source: str = "the image", max_pixels: int | 
     limit (read from its header; nothing is decoded); return its format and (width, height).
 
     Example:
-        >>> check_image_bytes(open("cat.jpg", "rb").read(), "the image at 'https://example.com/cat.jpg'")
-        ... # doctest: +SKIP
+        >>> import io
+        >>> from PIL import Image
+        >>> jpeg = io.BytesIO(); Image.new("RGB", (500, 375)).save(jpeg, "JPEG")
+        >>> check_image_bytes(jpeg.getvalue(), "the image at 'https://example.com/cat.jpg'")
         ('JPEG', (500, 375))
     """
     kind, size, pixels = _header(io.BytesIO(data))
@@ -253,7 +264,9 @@ def read_image(path, size, max_pixels: int | None = None):
     Raises a `ValueError` that names the file for a missing, unsupported, truncated, corrupt or oversized image.
 
     Example:
-        >>> read_image("cat.jpg", (224, 224)).shape  # doctest: +SKIP
+        >>> from PIL import Image
+        >>> Image.new("RGB", (500, 375)).save("cat.jpg")
+        >>> read_image("cat.jpg", (224, 224)).shape
         (224, 224, 3)
     """
     import tensorflow as tf

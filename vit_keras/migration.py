@@ -6,7 +6,12 @@ project's own pytest configuration ignores it), while the people who must see th
 
 Example:
     >>> from vit_keras import migration
-    >>> migration.warn_once("vit_keras.vit.vit_b16", "vit_keras.ViTB16(...)")  # doctest: +SKIP
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     migration.warn_once("example.old_name", "example.new_name")
+    >>> caught[0].category.__name__
+    'FutureWarning'
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ def warn_once(old_name: str, new_name: str, *, stacklevel: int = 3) -> None:
     `stacklevel=3` points the warning at the caller of the compatibility function that calls this.
 
     Example:
-        >>> warn_once("vit_keras.utils.read", "vit_keras.cli.predict.load_image")  # doctest: +SKIP
+        >>> warn_once("example.old_function", "example.new_function")  # a FutureWarning, the first time only
+        >>> warn_once("example.old_function", "example.new_function")  # nothing
     """
     if old_name in warned:
         return

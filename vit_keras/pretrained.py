@@ -1,7 +1,10 @@
 """`from_pretrained`: the model a checkpoint describes, its architecture read off the checkpoint and its config.
 
 Example:
-    >>> model = vit_keras.from_pretrained("dinov2-small-dir", include_top=False, pooling="token")  # doctest: +SKIP
+    >>> model = vit_keras.from_pretrained("tests/fixtures/family/hf_dinov2/checkpoint", include_top=False,
+    ...                                   pooling="token")  # a transformers Dinov2Model directory
+    >>> model.output_shape
+    (None, 48)
 """
 
 from __future__ import annotations
@@ -69,10 +72,17 @@ def from_pretrained(
     embeddings resized to each image's grid with the checkpoint library's own interpolation.
 
     Example:
-        >>> model = from_pretrained("timm-vit-dir", image_size=448, classifier_activation=None)  # doctest: +SKIP
-        >>> model = from_pretrained("B/16:imagenet21k+imagenet2012")  # doctest: +SKIP
-        >>> model = from_pretrained("timm-vit-dir", any_image_size=True)  # doctest: +SKIP
-        >>> model = from_pretrained("siglip2-naflex-dir", flexible=True, include_top=False)  # doctest: +SKIP
+        >>> timm_dir = "tests/fixtures/family/timm_deit_distilled/checkpoint"  # config.json + model.safetensors
+        >>> from_pretrained(timm_dir, image_size=64, classifier_activation=None).output_shape
+        (None, 7)
+        >>> from_pretrained("tests/fixtures/vitjax_token_raw/checkpoint.npz").output_shape  # a Google .npz
+        (None, 7)
+        >>> from_pretrained(timm_dir, any_image_size=True).input_shape
+        (None, None, None, 3)
+
+        A registered name such as `from_pretrained("B/16:imagenet21k+imagenet2012")` or a hub id
+        (`"hf-hub:timm/vit_small_patch16_224.augreg_in21k"`) is downloaded on first use, then read from the cache.
+        `flexible=True` gives the NaFlex form (a dict of patches, grid and mask; see `vit_keras.ViT`).
     """
     if interpolation is not None:
         check_interpolation(interpolation)

@@ -61,7 +61,9 @@ def main(argv=None) -> int:
     1 when the run failed (its output directory is in use, the loss became NaN, or an extra it needs is missing).
 
     Example:
-        >>> main(["predict", "--help"])  # doctest: +SKIP
+        >>> main(["predict", "--help"])
+        Traceback (most recent call last):
+        SystemExit: 0
     """
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)

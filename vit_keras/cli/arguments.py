@@ -196,7 +196,10 @@ def recipe_overrides(args) -> dict:
     """The `TrainConfig` fields the shared flags set (only those given).
 
     Example:
-        >>> recipe_overrides(parser.parse_args(["--steps", "10"]))  # doctest: +SKIP
+        >>> from vit_keras.cli import build_parser
+        >>> args = build_parser().parse_args(["train", "--dataset", "vit_keras_digits", "--output-dir", "run",
+        ...                                   "--steps", "10"])
+        >>> recipe_overrides(args)
         {'total_steps': 10}
     """
     overrides = {
@@ -216,7 +219,10 @@ def architecture_overrides(args, config) -> dict:
     and the given `--patch-size` / `--num-layers`.
 
     Example:
-        >>> architecture_overrides(parser.parse_args(["--num-layers", "2"]), finetune())  # doctest: +SKIP
+        >>> import argparse
+        >>> from vit_keras.training import finetune
+        >>> parser = argparse.ArgumentParser(); add_architecture_arguments(parser)
+        >>> architecture_overrides(parser.parse_args(["--num-layers", "2"]), finetune())
         {'dropout_rate': 0.0, 'attention_dropout_rate': 0.0, 'num_layers': 2}
     """
     overrides = {"dropout_rate": config.dropout_rate, "attention_dropout_rate": config.attention_dropout_rate}

@@ -47,7 +47,9 @@ def build_model(args, **overrides):
     """Build the model that `add_model_arguments`' flags describe.
 
     Example:
-        >>> build_model(parser.parse_args([]))  # doctest: +SKIP
+        >>> parser = argparse.ArgumentParser(); add_model_arguments(parser)
+        >>> build_model(parser.parse_args(["--model", "Ti/16", "--image-size", "32", "--classes", "10"])).output_shape
+        (None, 10)
     """
     from vit_keras.models import ViT
 
@@ -60,7 +62,12 @@ def load_or_build_model(args):
     """The model `--keras-model` names (loaded with `safe_mode=True`), else the one `build_model(args)` builds.
 
     Example:
-        >>> load_or_build_model(parser.parse_args(["--keras-model", "vit.keras"]))  # doctest: +SKIP
+        >>> import vit_keras
+        >>> vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96,
+        ...               classes=10).save("vit.keras")
+        >>> parser = argparse.ArgumentParser(); add_model_arguments(parser); add_keras_model_argument(parser, "export")
+        >>> load_or_build_model(parser.parse_args(["--keras-model", "vit.keras"])).output_shape
+        (None, 10)
     """
     if args.keras_model is None:
         return build_model(args)

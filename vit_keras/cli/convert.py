@@ -95,8 +95,10 @@ def overrides_for(args, info) -> dict:
     field is the checkpoint's (`vit_keras.models.resolve_config`).
 
     Example:
-        >>> overrides_for(build_parser().parse_args(["convert", "a.npz", "b.keras", "--image-size", "384"]),
-        ...               describe("a.npz"))  # doctest: +SKIP
+        >>> from vit_keras.cli import build_parser
+        >>> from vit_keras.weights import describe
+        >>> npz = "tests/fixtures/vitjax_token_raw/checkpoint.npz"
+        >>> overrides_for(build_parser().parse_args(["convert", npz, "b.keras", "--image-size", "384"]), describe(npz))
         {'image_size': (384, 384)}
     """
     overrides = {}

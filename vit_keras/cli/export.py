@@ -70,8 +70,13 @@ def image_files(paths) -> list[str]:
     """Expand files and directories into a sorted list of image files.
 
     Example:
-        >>> image_files(["train_images/"])  # doctest: +SKIP
-        ['train_images/0001.jpg', ...]
+        >>> import os
+        >>> from PIL import Image
+        >>> os.makedirs("train_images")
+        >>> for name in ("0001.jpg", "0002.png"):
+        ...     Image.new("RGB", (8, 8)).save(os.path.join("train_images", name))
+        >>> image_files(["train_images/"])
+        ['train_images/0001.jpg', 'train_images/0002.png']
     """
     files = []
     for path in paths:
@@ -102,7 +107,9 @@ def read_class_names(path: str) -> list[str]:
     Blank lines after the last name are ignored.
 
     Example:
-        >>> read_class_names("labels.txt")  # doctest: +SKIP
+        >>> with open("labels.txt", "w") as f:
+        ...     _ = f.write("cat\\ndog\\n")
+        >>> read_class_names("labels.txt")
         ['cat', 'dog']
     """
     try:
@@ -135,7 +142,12 @@ def refuse_keras_quantized(model, path) -> None:
     the TFLite converter cannot lower their integer kernels, and would fail deep in MLIR.
 
     Example:
-        >>> refuse_keras_quantized(vit_keras.ViT(image_size=32, patch_size=8), None)  # doctest: +SKIP
+        >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])  # any Keras model
+        >>> refuse_keras_quantized(model, None)
+        >>> model.quantize("int8")
+        >>> refuse_keras_quantized(model, None)
+        Traceback (most recent call last):
+        ValueError: ...
     """
     # _flatten_layers reaches the Dense layers inside the transformer blocks, which `model.layers` does not list.
     modes = {getattr(layer, "quantization_mode", None) for layer in model._flatten_layers()} - {None}

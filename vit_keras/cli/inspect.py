@@ -39,7 +39,12 @@ def load_model(args):
     """The model `--model`/`--weights` name: a `.keras` file (loaded in safe mode) or a built variant.
 
     Example:
-        >>> load_model(build_parser().parse_args(["inspect", "x.png", "--model", "m.keras"]))  # doctest: +SKIP
+        >>> import vit_keras
+        >>> from vit_keras.cli import build_parser
+        >>> vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96,
+        ...               classes=10).save("m.keras")
+        >>> load_model(build_parser().parse_args(["inspect", "x.png", "--model", "m.keras"])).output_shape
+        (None, 10)
     """
     if args.model.endswith(".keras"):
         if not os.path.isfile(args.model):

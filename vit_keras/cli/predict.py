@@ -40,7 +40,9 @@ def load_image(path: str, size):
     `ValueError` names the file when it is missing, not JPEG/PNG/GIF/BMP, corrupt or above the pixel limit.
 
     Example:
-        >>> load_image("cat.jpg", (224, 224)).shape  # doctest: +SKIP
+        >>> from PIL import Image
+        >>> Image.new("RGB", (500, 375)).save("cat.jpg")
+        >>> load_image("cat.jpg", (224, 224)).shape
         (224, 224, 3)
     """
     from vit_keras.images import read_image

@@ -85,7 +85,9 @@ def config_from_args(args):
     """The `TrainConfig` the flags describe: `masked_patch()` with every given flag applied.
 
     Example:
-        >>> config_from_args(parser.parse_args([...])).learning_rate  # doctest: +SKIP
+        >>> from vit_keras.cli import build_parser
+        >>> args = build_parser().parse_args(["pretrain", "--dataset", "vit_keras_digits", "--output-dir", "run"])
+        >>> config_from_args(args).learning_rate
         0.0002
     """
     from vit_keras.training import masked_patch

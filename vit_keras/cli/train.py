@@ -95,7 +95,9 @@ def config_from_args(args):
     """The `TrainConfig` the flags describe: the recipe's defaults with every given flag applied.
 
     Example:
-        >>> config_from_args(parser.parse_args([...])).optimizer  # doctest: +SKIP
+        >>> from vit_keras.cli import build_parser
+        >>> args = build_parser().parse_args(["train", "--dataset", "vit_keras_digits", "--output-dir", "run"])
+        >>> config_from_args(args).optimizer
         'sgd'
     """
     overrides = recipe_overrides(args)

@@ -1,11 +1,13 @@
 """vit-keras 0.2.0's `utils` module (`read`, `get_imagenet_classes`, weight loading), on today's functions.
 
-Every function warns once (FutureWarning) with what to use instead; see the migration table in docs/migration.md.
+Every function warns once (FutureWarning) with what to use instead; see the README's migration table.
 
 Example:
+    >>> from PIL import Image
     >>> from vit_keras import utils
-    >>> image = utils.read("cat.jpg", 224)  # doctest: +SKIP
-    >>> image.shape, image.dtype  # doctest: +SKIP
+    >>> Image.new("RGB", (64, 48), "orange").save("cat.jpg")
+    >>> image = utils.read("cat.jpg", 224)
+    >>> image.shape, image.dtype
     ((224, 224, 3), dtype('uint8'))
 """
 
@@ -34,7 +36,8 @@ def get_imagenet_classes() -> list[str]:
     """The 1,000 ImageNet-1k class names, in the order of the checkpoints' heads.
 
     Example:
-        >>> utils.get_imagenet_classes()[285]  # doctest: +SKIP
+        >>> from vit_keras import utils
+        >>> utils.get_imagenet_classes()[285]
         'Egyptian_cat'
     """
     warn_once("vit_keras.utils.get_imagenet_classes",
@@ -100,7 +103,7 @@ def _is_url(value: str) -> bool:
 def _load_rgb(filepath_or_buffer, timeout, max_pixels) -> np.ndarray:
     try:
         import PIL.Image
-    except ImportError:  # without Pillow (the [inspection] extra) no PIL image can be passed in either
+    except ImportError:  # pragma: no cover (Pillow ships with matplotlib, a dependency)
         PIL = None
     if PIL is not None and isinstance(filepath_or_buffer, PIL.Image.Image):
         # Image.open reads the header only; convert() decodes, so the size is checked first.
@@ -142,7 +145,8 @@ def read(filepath_or_buffer, size, timeout=None, max_pixels=None) -> np.ndarray:
     (or `vit_keras.preprocess_input`) before a model that takes [-1, 1] images.
 
     Example:
-        >>> utils.read("https://example.com/cat.jpg", 384).shape  # doctest: +SKIP
+        >>> from vit_keras import utils
+        >>> utils.read(np.zeros((48, 64, 3), np.uint8), 384).shape  # or a path, URL, file object, PIL image
         (384, 384, 3)
     """
     warn_once("vit_keras.utils.read",
@@ -174,8 +178,11 @@ def load_weights_numpy(model, params_path, pretrained_top, num_x_patches, num_y_
     to the model's grid. `pretrained_top=False` leaves the head fresh (zero-initialised).
 
     Example:
-        >>> utils.load_weights_numpy(model, "ViT-B_16.npz", pretrained_top=False, num_x_patches=14,
-        ...                          num_y_patches=14)  # doctest: +SKIP
+        >>> from vit_keras import utils, vit
+        >>> model = vit.build_model(image_size=64, patch_size=8, num_layers=2, hidden_size=48, num_heads=3,
+        ...                         name="tiny", mlp_dim=96, classes=7)
+        >>> utils.load_weights_numpy(model, "tests/fixtures/vitjax_token_raw/checkpoint.npz", pretrained_top=False,
+        ...                          num_x_patches=8, num_y_patches=8)
     """
     warn_once("vit_keras.utils.load_weights_numpy", "vit_keras.load_weights(model, params_path)")
     _grid_of(model, num_x_patches, num_y_patches)
@@ -189,7 +196,11 @@ def apply_embedding_weights(target_layer, source_weights, num_x_patches, num_y_p
     bilinearly (vit_jax's `interpolate_posembed`) to `num_y_patches` x `num_x_patches`.
 
     Example:
-        >>> utils.apply_embedding_weights(model.get_layer("patch_encoder"), table, 24, 24)  # doctest: +SKIP
+        >>> from vit_keras import utils, vit
+        >>> model = vit.build_model(image_size=32, patch_size=8, num_layers=2, hidden_size=48, num_heads=3,
+        ...                         name="tiny", mlp_dim=96, classes=10)
+        >>> table = np.zeros((1, 1 + 8 * 8, 48), "float32")  # class token + an 8x8 grid
+        >>> utils.apply_embedding_weights(model.get_layer("patch_encoder"), table, 4, 4)
     """
     warn_once("vit_keras.utils.apply_embedding_weights",
               "vit_keras.load_weights (resamples position embeddings) or vit_keras.weights.resample")

@@ -1,10 +1,14 @@
 """vit-keras 0.2.0's `visualize.attention_map`, on `vit_keras.inspection`'s attention rollout.
 
-Warns once (FutureWarning) with what to use instead; see the migration table in docs/migration.md.
+Warns once (FutureWarning) with what to use instead; see the README's migration table.
 
 Example:
-    >>> from vit_keras import utils, visualize
-    >>> overlay = visualize.attention_map(model, utils.read("dog.jpg", 384))  # doctest: +SKIP
+    >>> from vit_keras import visualize, vit
+    >>> model = vit.build_model(image_size=32, patch_size=8, num_layers=2, hidden_size=48, num_heads=3,
+    ...                         name="tiny", mlp_dim=96, classes=10)
+    >>> image = np.random.default_rng(0).integers(0, 256, (40, 50, 3), dtype=np.uint8)
+    >>> visualize.attention_map(model, image).shape
+    (40, 50, 3)
 """
 
 from __future__ import annotations
@@ -38,7 +42,12 @@ def attention_map(model, image):
         `(mask * image)` as uint8, the same shape as `image`.
 
     Example:
-        >>> overlay = visualize.attention_map(model=model, image=image)  # doctest: +SKIP
+        >>> from vit_keras import visualize, vit
+        >>> model = vit.build_model(image_size=32, patch_size=8, num_layers=2, hidden_size=48, num_heads=3,
+        ...                         name="tiny", mlp_dim=96, classes=10)
+        >>> overlay = visualize.attention_map(model=model, image=np.zeros((32, 32, 3), np.uint8))
+        >>> overlay.dtype
+        dtype('uint8')
     """
     warn_once("vit_keras.visualize.attention_map",
               "vit_keras.inspection.attention_maps(model, images).rollout_image (and plot_attention_maps)")

@@ -4,14 +4,17 @@ Same names, arguments and defaults as 0.2.0: the models take images already scal
 `preprocess_inputs`, `include_top=False` returns the class token's vector (after the final LayerNorm and, for
 `weights="imagenet21k"`, the tanh `pre_logits` layer), `activation` is the head's activation ("linear": logits),
 `pretrained_top=True` keeps the checkpoint's head (and its number of classes). Every function warns once
-(FutureWarning) with the call to use instead; see the migration table in docs/migration.md.
+(FutureWarning) with the call to use instead; see the README's migration table.
 
 Example:
     >>> from vit_keras import vit
-    >>> model = vit.vit_b16(image_size=224, pretrained=False, include_top=False,
-    ...                     pretrained_top=False)  # doctest: +SKIP
-    >>> model.output_shape  # doctest: +SKIP
-    (None, 768)
+    >>> model = vit.build_model(image_size=32, patch_size=8, num_layers=2, hidden_size=48, num_heads=3,
+    ...                         name="tiny", mlp_dim=96, classes=10, include_top=False)
+    >>> model.output_shape
+    (None, 48)
+
+`vit.vit_b16(image_size=224, pretrained=True, include_top=False, pretrained_top=False)` builds ViT-B/16 the
+same way and loads its published checkpoint (downloaded on first use).
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ def preprocess_inputs(X):
     """Scale RGB images in [0, 255] to [-1, 1] (keras.applications' "tf" mode), as these models expect.
 
     Example:
-        >>> vit.preprocess_inputs(np.array([0.0, 255.0]))  # doctest: +SKIP
+        >>> from vit_keras import vit
+        >>> vit.preprocess_inputs(np.array([0.0, 255.0]))
         array([-1.,  1.], dtype=float32)
     """
     warn_once("vit_keras.vit.preprocess_inputs", "vit_keras.preprocess_input(X, include_preprocessing=False)")
@@ -100,7 +104,8 @@ def interpret_image_size(image_size_arg: ImageSizeArg) -> tuple[int, int]:
     """Process the image_size argument whether a tuple or int.
 
     Example:
-        >>> vit.interpret_image_size(384)  # doctest: +SKIP
+        >>> from vit_keras import vit
+        >>> vit.interpret_image_size(384)
         (384, 384)
     """
     warn_once("vit_keras.vit.interpret_image_size", "the image_size= argument of vit_keras.ViT (int or pair)")
@@ -145,8 +150,9 @@ def build_model(
     """Build a ViT that takes [-1, 1] images; without the top, its output is the class token's vector.
 
     Example:
+        >>> from vit_keras import vit
         >>> vit.build_model(image_size=32, patch_size=8, num_layers=2, hidden_size=48, num_heads=3,
-        ...                 name="tiny", mlp_dim=96, classes=10).output_shape  # doctest: +SKIP
+        ...                 name="tiny", mlp_dim=96, classes=10).output_shape
         (None, 10)
     """
     warn_once(
@@ -180,7 +186,8 @@ def validate_pretrained_top(include_top: bool, pretrained: bool, classes: int, w
     """Check that keeping the checkpoint's head makes sense; return the checkpoint's number of classes.
 
     Example:
-        >>> vit.validate_pretrained_top(True, True, 1000, "imagenet21k+imagenet2012")  # doctest: +SKIP
+        >>> from vit_keras import vit
+        >>> vit.validate_pretrained_top(True, True, 1000, "imagenet21k+imagenet2012")
         1000
     """
     warn_once("vit_keras.vit.validate_pretrained_top",
@@ -208,8 +215,9 @@ def load_pretrained(size: str, weights: str, pretrained_top: bool, model, image_
                     patch_size: int):
     """Load a published checkpoint ("B_16", "imagenet21k") into a model built by these functions.
 
-    Example:
-        >>> vit.load_pretrained("B_16", "imagenet21k", False, model, 224, 16)  # doctest: +SKIP
+    Example (downloads the checkpoint on first use, cached; `model` from `vit.vit_b16(pretrained=False)`)::
+
+        vit.load_pretrained("B_16", "imagenet21k", False, model, 224, 16)
     """
     warn_once("vit_keras.vit.load_pretrained", "vit_keras.load_weights(model, 'B/16:imagenet21k')")
     _load_pretrained(size, weights, pretrained_top, model, image_size, patch_size)
@@ -257,9 +265,11 @@ def vit_b16(
 ):
     """ViT-B/16 with vit-keras 0.2.0's arguments (see the module docstring).
 
-    Example:
-        >>> model = vit.vit_b16(image_size=384, activation="sigmoid", pretrained=True, include_top=True,
-        ...                     pretrained_top=True)  # doctest: +SKIP
+    Example (downloads the published checkpoint on first use; see the module docstring for one that runs
+    offline)::
+
+        model = vit.vit_b16(image_size=384, activation="sigmoid", pretrained=True, include_top=True,
+                            pretrained_top=True)
     """
     warn_once("vit_keras.vit.vit_b16", _replacement("ViTB16"))
     return _vit("B_16", "vit-b16", image_size, classes, activation, include_top, pretrained, pretrained_top,
@@ -277,9 +287,9 @@ def vit_b32(
 ):
     """ViT-B/32 with vit-keras 0.2.0's arguments (see the module docstring).
 
-    Example:
-        >>> model = vit.vit_b32(image_size=224, pretrained=True, include_top=True, pretrained_top=False,
-        ...                     classes=200)  # doctest: +SKIP
+    Example (downloads the published checkpoint on first use)::
+
+        model = vit.vit_b32(image_size=224, pretrained=True, include_top=True, pretrained_top=False, classes=200)
     """
     warn_once("vit_keras.vit.vit_b32", _replacement("ViTB32"))
     return _vit("B_32", "vit-b32", image_size, classes, activation, include_top, pretrained, pretrained_top,
@@ -297,8 +307,9 @@ def vit_l16(
 ):
     """ViT-L/16 with vit-keras 0.2.0's arguments (see the module docstring).
 
-    Example:
-        >>> model = vit.vit_l16(pretrained=True, include_top=False, pretrained_top=False)  # doctest: +SKIP
+    Example (downloads the published checkpoint on first use)::
+
+        model = vit.vit_l16(pretrained=True, include_top=False, pretrained_top=False)
     """
     warn_once("vit_keras.vit.vit_l16", _replacement("ViTL16"))
     return _vit("L_16", "vit-l16", image_size, classes, activation, include_top, pretrained, pretrained_top,
@@ -316,8 +327,9 @@ def vit_l32(
 ):
     """ViT-L/32 with vit-keras 0.2.0's arguments (see the module docstring).
 
-    Example:
-        >>> model = vit.vit_l32(image_size=224, pretrained=True, pretrained_top=False, classes=200)  # doctest: +SKIP
+    Example (downloads the published checkpoint on first use)::
+
+        model = vit.vit_l32(image_size=224, pretrained=True, pretrained_top=False, classes=200)
     """
     warn_once("vit_keras.vit.vit_l32", _replacement("ViTL32"))
     return _vit("L_32", "vit-l32", image_size, classes, activation, include_top, pretrained, pretrained_top,

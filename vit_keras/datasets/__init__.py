@@ -3,7 +3,9 @@
 Example:
     >>> import vit_keras.datasets  # registers "vit_keras_digits"
     >>> import tensorflow_datasets as tfds
-    >>> ds = tfds.load("vit_keras_digits", split="test", as_supervised=True)  # doctest: +SKIP
+    >>> ds = tfds.load("vit_keras_digits", split="test", as_supervised=True)
+    >>> len(ds)
+    360
 """
 
 from vit_keras.datasets.digits import DIGITS_NAME, VitKerasDigits

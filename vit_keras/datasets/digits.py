@@ -7,7 +7,10 @@ same tfds -> tf.data -> `model.fit` path as any image dataset. The train/test sp
 Example:
     >>> import tensorflow_datasets as tfds
     >>> import vit_keras.datasets
-    >>> train = tfds.load("vit_keras_digits", split="train", as_supervised=True)  # doctest: +SKIP
+    >>> train = tfds.load("vit_keras_digits", split="train", as_supervised=True)
+    >>> image, label = next(iter(train))
+    >>> image.shape, image.dtype.name
+    (TensorShape([8, 8, 3]), 'uint8')
 """
 
 from __future__ import annotations

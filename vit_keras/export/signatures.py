@@ -102,9 +102,10 @@ def describe_model(model, include_preprocessing=None, allow_any_size=False) -> S
     as well as a classifier.
 
     Example:
+        >>> import vit_keras
         >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3,
-        ...                       mlp_dim=96, classes=10)  # doctest: +SKIP
-        >>> describe_model(model).output_name  # doctest: +SKIP
+        ...                       mlp_dim=96, classes=10)
+        >>> describe_model(model).output_name
         'probabilities'
     """
     from vit_keras.layers import PatchEncoder, Patches
@@ -187,7 +188,10 @@ def float32_model(model):
     quantised from there).
 
     Example:
-        >>> float32_model(model) is model  # a float32 model  # doctest: +SKIP
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3,
+        ...                       mlp_dim=96, classes=3)
+        >>> float32_model(model) is model  # a float32 model
         True
     """
     if all(layer.compute_dtype == "float32" for layer in _walk_layers(model)):
@@ -201,8 +205,12 @@ def check_class_names(spec: ServingSpec, class_names):
     """`class_names` as a tuple of str, checked against the model's classes (None stays None).
 
     Example:
-        >>> check_class_names(spec, ["cat", "dog"])  # doctest: +SKIP
-        ('cat', 'dog')
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3,
+        ...                       mlp_dim=96, classes=3)
+        >>> spec = describe_model(model)
+        >>> check_class_names(spec, ["cat", "dog", "bird"])
+        ('cat', 'dog', 'bird')
     """
     if class_names is None:
         return None
@@ -223,7 +231,11 @@ def check_top_k(spec: ServingSpec, top_k) -> int:
     """`top_k` as an int no larger than the number of classes.
 
     Example:
-        >>> check_top_k(spec_with_3_classes, 5)  # doctest: +SKIP
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3,
+        ...                       mlp_dim=96, classes=3)
+        >>> spec = describe_model(model)
+        >>> check_top_k(spec, 5)  # 3 classes
         3
     """
     if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:
@@ -237,9 +249,14 @@ def model_outputs(forward, spec: ServingSpec, images):
     `forward` runs the model on a `tf.Tensor` (`export.forward.tensorflow_forward`, for any backend).
 
     Example:
-        >>> forward, _ = tensorflow_forward(model, (224, 224))  # doctest: +SKIP
-        >>> model_outputs(forward, describe_model(model), tf.zeros((1, 224, 224, 3)))  # doctest: +SKIP
-        {'probabilities': <tf.Tensor: shape=(1, 1000), dtype=float32, ...>}
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3,
+        ...                       mlp_dim=96, classes=3)
+        >>> import tensorflow as tf
+        >>> from vit_keras.export.forward import tensorflow_forward
+        >>> forward, _ = tensorflow_forward(model, (32, 32))
+        >>> tuple(model_outputs(forward, describe_model(model), tf.zeros((1, 32, 32, 3)))["probabilities"].shape)
+        (1, 3)
     """
     import tensorflow as tf
 
@@ -259,7 +276,13 @@ def with_top_k(outputs, spec: ServingSpec, top_k: int, class_names):
     """Add `top_k_classes`, `top_k_scores` (and `top_k_labels`) over a classifier's main output.
 
     Example:
-        >>> sorted(with_top_k({"probabilities": probs}, spec, 5, None))  # doctest: +SKIP
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3,
+        ...                       mlp_dim=96, classes=3)
+        >>> spec = describe_model(model)
+        >>> import tensorflow as tf
+        >>> probs = tf.constant([[0.2, 0.5, 0.3]])
+        >>> sorted(with_top_k({"probabilities": probs}, spec, 2, None))
         ['probabilities', 'top_k_classes', 'top_k_scores']
     """
     import tensorflow as tf
@@ -277,7 +300,11 @@ def images_spec(spec: ServingSpec, batch_size=None):
     """The `tf.TensorSpec` of the `images` input: float32 (batch, H, W, 3), H and W None for a model of any size.
 
     Example:
-        >>> images_spec(spec).name  # doctest: +SKIP
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3,
+        ...                       mlp_dim=96, classes=3)
+        >>> spec = describe_model(model)
+        >>> images_spec(spec).name
         'images'
     """
     import tensorflow as tf
@@ -294,8 +321,13 @@ def check_image_size(images, spec: ServingSpec):
     The request fails instead, with a message (relayed by TF Serving) that says the size the model takes.
 
     Example:
-        >>> check_image_size(tf.zeros((1, 224, 224, 3)), spec).shape  # doctest: +SKIP
-        TensorShape([1, 224, 224, 3])
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3,
+        ...                       mlp_dim=96, classes=3)
+        >>> spec = describe_model(model)
+        >>> import tensorflow as tf
+        >>> tuple(check_image_size(tf.zeros((1, 32, 32, 3)), spec).shape)
+        (1, 32, 32, 3)
     """
     import tensorflow as tf
 
@@ -380,8 +412,12 @@ def encoded_image_size(data):
     (little-endian int32 at 18..26, negative for top-down rows).
 
     Example:
-        >>> encoded_image_size(tf.constant(open("cat.png", "rb").read()))  # doctest: +SKIP
-        (<tf.Tensor: ... numpy=1>, <tf.Tensor: ... numpy=640>, <tf.Tensor: ... numpy=480>, <tf.Tensor: ... 307200>)
+        >>> import tensorflow as tf
+        >>> import io
+        >>> from PIL import Image
+        >>> png = io.BytesIO(); Image.new("RGB", (640, 480)).save(png, "PNG")
+        >>> [int(value) for value in encoded_image_size(tf.constant(png.getvalue()))]
+        [1, 640, 480, 307200]
     """
     import tensorflow as tf
 
@@ -433,7 +469,14 @@ def check_encoded_image(data, max_pixels: int):
     so a decompression bomb (a PNG of a few hundred KB that decodes to gigabytes) is refused.
 
     Example:
-        >>> check_encoded_image(tf.constant(open("cat.jpg", "rb").read()), 89_478_485)  # doctest: +SKIP
+        >>> import tensorflow as tf
+        >>> import io
+        >>> from PIL import Image
+        >>> png = io.BytesIO(); Image.new("RGB", (640, 480)).save(png, "PNG")
+        >>> checked = check_encoded_image(tf.constant(png.getvalue()), 89_478_485)  # the same bytes, checked
+        >>> check_encoded_image(tf.constant(png.getvalue()), 1_000)
+        Traceback (most recent call last):
+        tensorflow.python.framework.errors_impl.InvalidArgumentError: ...
     """
     import tensorflow as tf
 
@@ -465,8 +508,12 @@ def decode_images(image_bytes, image_size, max_pixels: int | None = None):
     bilinear `tf.image.resize` to the model's size, no crop, like vit_jax's evaluation.
 
     Example:
-        >>> decode_images(tf.constant([open("cat.jpg", "rb").read()]), (224, 224)).shape  # doctest: +SKIP
-        TensorShape([1, 224, 224, 3])
+        >>> import tensorflow as tf
+        >>> import io
+        >>> from PIL import Image
+        >>> png = io.BytesIO(); Image.new("RGB", (640, 480)).save(png, "PNG")
+        >>> tuple(decode_images(tf.constant([png.getvalue()]), (224, 224)).shape)
+        (1, 224, 224, 3)
     """
     import tensorflow as tf
 

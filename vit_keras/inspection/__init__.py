@@ -13,8 +13,12 @@ Every analysis returns NumPy arrays; every `plot_*` returns a `matplotlib.figure
 
 Example:
     >>> from vit_keras import inspection
-    >>> maps = inspection.attention_maps(model, images)  # doctest: +SKIP
-    >>> inspection.plot_attention_maps(images, maps).savefig("attention.png")  # doctest: +SKIP
+    >>> import vit_keras
+    >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+    ...                       mlp_dim=96, classes=10)
+    >>> images = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
+    >>> maps = inspection.attention_maps(model, images)
+    >>> inspection.plot_attention_maps(images, maps).savefig("attention.png")
 """
 
 from vit_keras.inspection.attention import (

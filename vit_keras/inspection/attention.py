@@ -112,9 +112,13 @@ class AttentionMaps:
         patch_stride: pixels between patch centres.
 
     Example:
-        >>> maps = attention_maps(model, images)  # doctest: +SKIP
-        >>> maps.rollout_image.shape  # doctest: +SKIP
-        (4, 224, 224)
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> images = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
+        >>> maps = attention_maps(model, images)
+        >>> maps.rollout_image.shape
+        (4, 32, 32)
     """
 
     rollout: np.ndarray
@@ -166,9 +170,13 @@ def attention_maps(model, images, layer: int = -1, batch_size: int = 8) -> Atten
         batch_size: images per forward pass.
 
     Example:
-        >>> maps = attention_maps(model, images)  # doctest: +SKIP
-        >>> maps.rollout.shape, maps.heads.shape  # doctest: +SKIP
-        ((4, 14, 14), (4, 12, 14, 14))
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> images = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
+        >>> maps = attention_maps(model, images)
+        >>> maps.rollout.shape, maps.heads.shape
+        ((4, 4, 4), (4, 3, 4, 4))
     """
     probe = AttentionProbe(model)
     layer = resolve_layer(layer, probe.num_layers)

@@ -81,8 +81,12 @@ def attention_distances(model, images, batch_size: int = 8) -> np.ndarray:
     the convention on the class token.
 
     Example:
-        >>> attention_distances(model, images).shape  # doctest: +SKIP
-        (12, 12)
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> images = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
+        >>> attention_distances(model, images).shape
+        (2, 3)
     """
     probe = AttentionProbe(model)
     images = probe.check_images(images)

@@ -37,7 +37,11 @@ def write_figures(model, images, output_dir, max_images: int = 4, layer: int = -
     whose patch embedding sees ResNet features rather than pixels).
 
     Example:
-        >>> write_figures(model, x_test[:64], "demo_output/inspection")  # doctest: +SKIP
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> images = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
+        >>> write_figures(model, images, "demo_output/inspection")
         ['demo_output/inspection/attention_maps.png', ...]
     """
     require_matplotlib("matplotlib.figure")  # before the analyses run, not after

@@ -20,8 +20,12 @@ class EmbeddingFilters:
         on_pixels: False for hybrids, whose patch embedding acts on ResNet features, not pixels.
 
     Example:
-        >>> embedding_filters(model).explained_variance_ratio[:3]  # doctest: +SKIP
-        array([0.21, 0.12, 0.08], dtype=float32)
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> ratio = embedding_filters(model).explained_variance_ratio  # largest first
+        >>> ratio.shape, bool(np.all(np.diff(ratio) <= 0))
+        ((28,), True)
     """
 
     components: np.ndarray
@@ -60,8 +64,11 @@ def embedding_filters(model, num_components: int = 28) -> EmbeddingFilters:
     """Top principal components of `model`'s patch-embedding filters, as `(K, P, P, C)` tiles.
 
     Example:
-        >>> embedding_filters(model).components.shape  # doctest: +SKIP
-        (28, 16, 16, 3)
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> embedding_filters(model).components.shape
+        (28, 8, 8, 3)
     """
     probe = AttentionProbe(model)
     kernel = keras.ops.convert_to_numpy(probe.patch_encoder.embedding.kernel)

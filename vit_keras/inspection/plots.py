@@ -51,7 +51,12 @@ def plot_attention_maps(images, maps, max_images: int = 4, max_heads: int = 12):
         max_images, max_heads: how many rows and head columns to draw.
 
     Example:
-        >>> plot_attention_maps(images, attention_maps(model, images)).savefig("attention.png")  # doctest: +SKIP
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> images = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
+        >>> from vit_keras.inspection import attention_maps
+        >>> plot_attention_maps(images, attention_maps(model, images)).savefig("attention.png")
     """
     images = np.asarray(images)
     if images.ndim == 3:
@@ -91,7 +96,12 @@ def plot_attention_distance(distances, reference: float | None = None, image_siz
         image_size: optional `(H, W)` to mention in the title.
 
     Example:
-        >>> plot_attention_distance(attention_distances(model, images)).savefig("distance.png")  # doctest: +SKIP
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> images = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
+        >>> from vit_keras.inspection import attention_distances
+        >>> plot_attention_distance(attention_distances(model, images)).savefig("distance.png")
     """
     distances = np.asarray(distances, dtype=np.float32)
     if distances.ndim != 2:
@@ -130,7 +140,11 @@ def plot_position_embedding_similarity(similarity, value_range=(-1.0, 1.0)):
             fixed sine-cosine embeddings, whose similarities all lie well above 0).
 
     Example:
-        >>> plot_position_embedding_similarity(position_embedding_similarity(model))  # doctest: +SKIP
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> from vit_keras.inspection import position_embedding_similarity
+        >>> plot_position_embedding_similarity(position_embedding_similarity(model)).savefig("similarity.png")
     """
     similarity = np.asarray(similarity, dtype=np.float32)
     if similarity.ndim != 4:
@@ -172,7 +186,11 @@ def plot_embedding_filters(filters, columns: int = 7):
         columns: tiles per row.
 
     Example:
-        >>> plot_embedding_filters(embedding_filters(model)).savefig("filters.png")  # doctest: +SKIP
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> from vit_keras.inspection import embedding_filters
+        >>> plot_embedding_filters(embedding_filters(model)).savefig("filters.png")
     """
     components = np.asarray(filters.components, dtype=np.float32)
     if not getattr(filters, "on_pixels", True) or components.shape[-1] not in (1, 3):

@@ -34,8 +34,11 @@ def position_embeddings(model) -> np.ndarray:
     """The `(gh, gw, D)` position embeddings of a model's patches (learned 1-D, learned 2-D or sin-cos).
 
     Example:
-        >>> position_embeddings(model).shape  # doctest: +SKIP
-        (14, 14, 768)
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> position_embeddings(model).shape
+        (4, 4, 48)
     """
     encoder = AttentionProbe(model).patch_encoder
     table = encoder.patch_position_embeddings()
@@ -51,7 +54,10 @@ def position_embedding_similarity(model) -> np.ndarray:
     """Cosine similarity between the position embeddings of all patch pairs: `(gh, gw, gh, gw)`.
 
     Example:
-        >>> position_embedding_similarity(model).shape  # doctest: +SKIP
-        (14, 14, 14, 14)
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> position_embedding_similarity(model).shape
+        (4, 4, 4, 4)
     """
     return cosine_similarity_grid(position_embeddings(model)).astype(np.float32)

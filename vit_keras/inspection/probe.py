@@ -99,9 +99,10 @@ class AttentionProbe:
         num_prefix_tokens: 1 with a class token, 0 for `classifier="gap"`.
 
     Example:
+        >>> import vit_keras
         >>> probe = AttentionProbe(vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48,
-        ...                                      num_layers=2, num_heads=3, mlp_dim=96))  # doctest: +SKIP
-        >>> [a.shape for a in probe(np.zeros((1, 32, 32, 3)))]  # doctest: +SKIP
+        ...                                      num_layers=2, num_heads=3, mlp_dim=96))
+        >>> [a.shape for a in probe(np.zeros((1, 32, 32, 3)))]
         [(1, 3, 17, 17), (1, 3, 17, 17)]
     """
 
@@ -182,7 +183,10 @@ class AttentionProbe:
         """The `(gh, gw)` patch grid of images of `image_size` `(H, W)`, as given to the model.
 
         Example:
-            >>> probe.grid_for((32, 48))  # a ViT of any size, patch 8  # doctest: +SKIP
+            >>> import vit_keras
+            >>> probe = AttentionProbe(vit_keras.ViT(image_size=None, patch_size=8, hidden_size=48, num_layers=2,
+            ...                                      num_heads=3, mlp_dim=96))
+            >>> probe.grid_for((32, 48))  # a ViT of any size, patch 8
             (4, 6)
         """
         if None not in self.image_size:
@@ -208,7 +212,10 @@ class AttentionProbe:
         """Validate a batch `(B, H, W, C)` (or one `(H, W, C)` image) against the model's input; float32.
 
         Example:
-            >>> probe.check_images(np.zeros((32, 32, 3))).shape  # doctest: +SKIP
+            >>> import vit_keras
+            >>> probe = AttentionProbe(vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2,
+            ...                                      num_heads=3, mlp_dim=96))
+            >>> probe.check_images(np.zeros((32, 32, 3))).shape
             (1, 32, 32, 3)
         """
         images = np.asarray(keras.ops.convert_to_numpy(images), dtype=np.float32)
@@ -243,7 +250,12 @@ class AttentionProbe:
         analysis functions reduce each batch of `batch_size` images as they go instead.
 
         Example:
-            >>> [a.shape for a in probe(images)]  # doctest: +SKIP
+            >>> import vit_keras
+            >>> probe = AttentionProbe(vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2,
+            ...                                      num_heads=3, mlp_dim=96))
+            >>> images = np.zeros((4, 32, 32, 3), "float32")
+            >>> [a.shape for a in probe(images)]
+            [(4, 3, 17, 17), (4, 3, 17, 17)]
         """
         batches = [list(chunk) for chunk in zip(*self.iter_batches(images, batch_size))]
         return [np.concatenate(chunks, axis=0) for chunks in batches]
@@ -252,7 +264,12 @@ class AttentionProbe:
         """Yield, per batch of at most `batch_size` images, the list of per-block attention arrays.
 
         Example:
-            >>> for attention in probe.iter_batches(images, 8): ...  # doctest: +SKIP
+            >>> import vit_keras
+            >>> probe = AttentionProbe(vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2,
+            ...                                      num_heads=3, mlp_dim=96))
+            >>> images = np.zeros((10, 32, 32, 3), "float32")
+            >>> [attention[0].shape for attention in probe.iter_batches(images, 8)]  # block 0, per batch
+            [(8, 3, 17, 17), (2, 3, 17, 17)]
         """
         images = self.check_images(images)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -282,7 +299,11 @@ def attention_weights(model, images, batch_size: int = 8) -> np.ndarray:
     `T` counts the class token first (if the model has one), then the patches in row-major order.
 
     Example:
-        >>> attention_weights(model, images).shape  # doctest: +SKIP
-        (12, 4, 12, 197, 197)
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> images = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
+        >>> attention_weights(model, images).shape
+        (2, 4, 3, 17, 17)
     """
     return np.stack(AttentionProbe(model)(images, batch_size=batch_size), axis=0)

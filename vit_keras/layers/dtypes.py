@@ -12,9 +12,11 @@ an int8 layer without its scales.
 
 Example:
     >>> import keras
-    >>> block = TransformerBlock(num_heads=3, mlp_dim=96); block.build((None, 5, 48))  # doctest: +SKIP
-    >>> block.quantize("int8")  # doctest: +SKIP
-    >>> type(keras.dtype_policies.get(block.get_config()["dtype"])).__name__  # doctest: +SKIP
+    >>> from vit_keras.layers import TransformerBlock
+    >>> block = TransformerBlock(num_heads=3, mlp_dim=96)
+    >>> model = keras.Sequential([keras.Input((5, 48)), block])
+    >>> model.quantize("int8")
+    >>> type(keras.dtype_policies.get(block.get_config()["dtype"])).__name__
     'DTypePolicyMap'
 """
 
@@ -54,9 +56,9 @@ def policy_map(layer, default=None) -> DTypePolicyMap:
     """The policies of `layer`'s built descendants that differ from `default` (the layer's own policy), by path.
 
     Example:
-        >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")])
+        >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")], name="model")
         >>> model.quantize("int8")
-        >>> policy_map(model)["dense"].name
+        >>> policy_map(model)["model/dense"].name
         'int8_from_float32'
     """
     own = keras.dtype_policies.get(default) if default is not None else resolved_policy(layer)
@@ -118,7 +120,8 @@ def policy_for(dtype, path: str, *, fallback=None):
     `fallback` (e.g. "float32" for the classification head) applies unless a map names `path` itself.
 
     Example:
-        >>> policy_for(DTypePolicyMap("float32", {"head": "int8_from_float32"}), "head").name
+        >>> dtype = check_model_dtype(DTypePolicyMap("float32", {"head": "int8_from_float32"}))
+        >>> policy_for(dtype, "head").name
         'int8_from_float32'
     """
     if isinstance(dtype, DTypePolicyMap):
@@ -150,7 +153,17 @@ class SublayerPolicies:
     map the layer was built with is not copied into every block's config).
 
     Example:
-        >>> class Block(SublayerPolicies, keras.layers.Layer): ...  # doctest: +SKIP
+        >>> class Block(SublayerPolicies, keras.layers.Layer):
+        ...     def build(self, input_shape):
+        ...         self.dense = keras.layers.Dense(4, dtype=self.dtype_policy, name="dense")
+        ...         self.dense.build(input_shape)
+        ...     def call(self, x):
+        ...         return self.dense(x)
+        >>> model = keras.Sequential([keras.Input((3,)), Block(name="block")], name="model")
+        >>> model.quantize("int8")
+        >>> policies = keras.dtype_policies.get(model.layers[0].get_config()["dtype"])
+        >>> {path: policies[path].name for path in policies}
+        {'model/block/dense': 'int8_from_float32'}
     """
 
     def _post_build(self):

@@ -82,9 +82,9 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
 
     Example:
         >>> encoder = PatchEncoder(hidden_size=64, grid_size=(4, 4))
-        >>> encoder(keras.ops.zeros((2, 16, 48))).shape
+        >>> tuple(encoder(keras.ops.zeros((2, 16, 48))).shape)
         (2, 17, 64)
-        >>> encoder(keras.ops.zeros((2, 3, 5, 48))).shape
+        >>> tuple(encoder(keras.ops.zeros((2, 3, 5, 48))).shape)
         (2, 16, 64)
     """
 
@@ -201,9 +201,9 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
 
         Example:
             >>> encoder = PatchEncoder(64, (4, 4)); encoder.build((None, 16, 48))
-            >>> encoder.patch_position_embeddings().shape
+            >>> tuple(encoder.patch_position_embeddings().shape)
             (4, 4, 64)
-            >>> encoder.patch_position_embeddings((2, 6)).shape
+            >>> tuple(encoder.patch_position_embeddings((2, 6)).shape)
             (2, 6, 64)
         """
         static = grid is not None and all(isinstance(cells, int) for cells in grid)

@@ -25,7 +25,7 @@ class TokenPooling(keras.layers.Layer):
     patch tokens only.
 
     Example:
-        >>> TokenPooling("avg", num_prefix_tokens=1)(keras.ops.ones((2, 5, 8))).shape
+        >>> tuple(TokenPooling("avg", num_prefix_tokens=1)(keras.ops.ones((2, 5, 8))).shape)
         (2, 8)
         >>> tuple(TokenPooling("token", num_prefix_tokens=4, num_tokens=2)(keras.ops.ones((2, 9, 8))).shape)
         (2, 16)
@@ -86,7 +86,7 @@ class MAPHead(SublayerPolicies, keras.layers.Layer):
     `token_mask` (`(batch, tokens)`, true for real tokens) keeps a NaFlex batch's padding out of the attention.
 
     Example:
-        >>> MAPHead(num_heads=2, mlp_dim=16)(keras.ops.ones((2, 5, 8))).shape
+        >>> tuple(MAPHead(num_heads=2, mlp_dim=16)(keras.ops.ones((2, 5, 8))).shape)
         (2, 8)
     """
 

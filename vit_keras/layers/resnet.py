@@ -28,7 +28,7 @@ class StdConv2D(keras.layers.Conv2D):
     exactly as vit_jax's `StdConv`, so the stored kernels stay the raw checkpoint values.
 
     Example:
-        >>> StdConv2D(8, 3, padding="same", use_bias=False)(keras.ops.ones((1, 4, 4, 2))).shape
+        >>> tuple(StdConv2D(8, 3, padding="same", use_bias=False)(keras.ops.ones((1, 4, 4, 2))).shape)
         (1, 4, 4, 8)
     """
 
@@ -56,7 +56,7 @@ class BottleneckUnit(SublayerPolicies, keras.layers.Layer):
     (`gn3`) starts at zero scale so that each unit starts as the identity.
 
     Example:
-        >>> BottleneckUnit(features=32, strides=2)(keras.ops.ones((1, 8, 8, 64))).shape
+        >>> tuple(BottleneckUnit(features=32, strides=2)(keras.ops.ones((1, 8, 8, 64))).shape)
         (1, 4, 4, 128)
     """
 
@@ -125,7 +125,7 @@ class ResNetStem(SublayerPolicies, keras.layers.Layer):
     Sub-layers are named as in the checkpoints: `conv_root`, `gn_root`, `block{s}_unit{u}`.
 
     Example:
-        >>> ResNetStem(num_layers=(1, 1))(keras.ops.ones((1, 64, 64, 3))).shape
+        >>> tuple(ResNetStem(num_layers=(1, 1))(keras.ops.ones((1, 64, 64, 3))).shape)
         (1, 8, 8, 512)
     """
 

@@ -276,8 +276,11 @@ def architecture_of(model) -> dict:
     Read from the `ViTConfig` the model carries (`vit_keras.model_config.config_of`).
 
     Example:
-        >>> architecture_of(model)["hidden_size"]  # doctest: +SKIP
-        768
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> architecture_of(model)["hidden_size"]
+        48
     """
     config = model_config(model)
     classifier = {pool: name for name, pool in CLASSIFIER_POOLS.items()}[config.global_pool]
@@ -288,7 +291,8 @@ def model_config(model):
     """The `ViTConfig` a vit_keras model carries (`vit_keras.model_config.config_of`).
 
     Example:
-        >>> model_config(vit_keras.ViTTi16(image_size=32)).hidden_size  # doctest: +SKIP
+        >>> import vit_keras
+        >>> model_config(vit_keras.ViTTi16(image_size=32)).hidden_size
         192
     """
     return config_of(model)
@@ -322,8 +326,9 @@ def stored_grid(info: CheckpointInfo, *, num_heads: int, num_embedded_prefix_tok
     table.
 
     Example:
-        >>> stored_grid(describe("ViT-B_16.npz"), num_heads=12, num_embedded_prefix_tokens=1)  # doctest: +SKIP
-        (14, 14)
+        >>> stored_grid(describe("tests/fixtures/vitjax_token_raw/checkpoint.npz"), num_heads=3,
+        ...             num_embedded_prefix_tokens=1)
+        (8, 8)
     """
     source_grid = check_source_grid(source_grid) or info.source_grid
     if source_grid is not None:
@@ -354,7 +359,11 @@ def load_into(model, info: CheckpointInfo, *, interpolation: str = "linear", sou
     """Load the weights `info` describes into the already-built `model`, all of them or none.
 
     Example:
-        >>> load_into(model, describe("model.weights.h5"))  # doctest: +SKIP
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> model.save_weights("model.weights.h5")
+        >>> load_into(model, describe("model.weights.h5"))
     """
     check_interpolation(interpolation)
     source_grid = check_source_grid(source_grid)
@@ -391,8 +400,14 @@ def load_weights(model, source, *, interpolation: str = "linear", source_grid=No
     gives the stored grid when it is not square. `sha256` pins a URL's content.
 
     Example:
-        >>> model = vit_keras.ViTB16(image_size=384, weights=None)  # doctest: +SKIP
-        >>> vit_keras.load_weights(model, "imagenet21k+imagenet2012")  # doctest: +SKIP
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=96, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=7)
+        >>> vit_keras.load_weights(model, "tests/fixtures/vitjax_token_raw/checkpoint.npz")  # 8x8 grid to 12x12
+        <VisionTransformer name=vit, built=True>
+
+        With a registered name (`vit_keras.load_weights(vit_keras.ViTB16(image_size=384, weights=None),
+        "imagenet21k+imagenet2012")`) the checkpoint is downloaded on first use, then read from the cache.
     """
     # Checked before `describe`, which may download gigabytes.
     check_interpolation(interpolation)

@@ -6,7 +6,11 @@ half loaded. Heads follow vit_jax `load_pretrained`: a model without a head igno
 `pre_logits` when the model has no representation layer); a head of another size starts fresh at zero, loudly.
 
 Example:
-    >>> assign_params(model, read_npz("ViT-B_16.npz"))  # doctest: +SKIP
+    >>> import vit_keras
+    >>> from vit_keras.weights.google import read_npz
+    >>> model = vit_keras.ViT(image_size=64, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96,
+    ...                       classes=7)
+    >>> assign_params(model, read_npz("tests/fixtures/vitjax_token_raw/checkpoint.npz"))
 """
 
 from __future__ import annotations
@@ -46,7 +50,10 @@ def model_slots(model) -> dict[str, CheckpointVariable]:
     """The model's variables keyed by their canonical (vit_jax raw) checkpoint names, as each layer declares them.
 
     Example:
-        >>> sorted(model_slots(model))[:2]  # doctest: +SKIP
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> sorted(model_slots(model))[:2]
         ['Transformer/encoder_norm/bias', 'Transformer/encoder_norm/scale']
     """
     slots: dict[str, CheckpointVariable] = {}
@@ -91,7 +98,12 @@ def assign_params(
     nothing is assigned then.
 
     Example:
-        >>> assign_params(model, params, source="ViT-B_16.npz")  # doctest: +SKIP
+        >>> import vit_keras
+        >>> from vit_keras.weights.google import read_npz
+        >>> params = read_npz("tests/fixtures/vitjax_token_raw/checkpoint.npz")  # a 64x64 model's 8x8 grid
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=7)  # a 4x4 grid: the table is resampled
+        >>> assign_params(model, params, source="checkpoint.npz")
     """
     check_interpolation(interpolation)
     source_grid = check_source_grid(source_grid)

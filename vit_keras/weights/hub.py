@@ -95,7 +95,7 @@ def offline() -> bool:
     """Whether `HF_HUB_OFFLINE` (or `TRANSFORMERS_OFFLINE`) asks for the cache only, as huggingface_hub reads it.
 
     Example:
-        >>> offline()  # with HF_HUB_OFFLINE unset  # doctest: +SKIP
+        >>> offline()  # with HF_HUB_OFFLINE unset
         False
     """
     from huggingface_hub import constants
@@ -108,7 +108,7 @@ def file_url(repo_id: str, filename: str, revision: str | None) -> str:
     """The URL huggingface_hub fetches `filename` of `repo_id` from (`$HF_ENDPOINT`, default huggingface.co).
 
     Example:
-        >>> file_url("timm/vit_tiny_patch16_224.augreg_in21k", "config.json", None)  # doctest: +SKIP
+        >>> file_url("timm/vit_tiny_patch16_224.augreg_in21k", "config.json", None)  # with HF_ENDPOINT unset
         'https://huggingface.co/timm/vit_tiny_patch16_224.augreg_in21k/resolve/main/config.json'
     """
     from huggingface_hub import hf_hub_url
@@ -136,7 +136,23 @@ def verify(path: str, url: str) -> None:
     files, the git blob sha1 for small ones); a mismatching file is deleted with its snapshot link, and refused.
 
     Example:
-        >>> verify(".../snapshots/<commit>/model.safetensors", "https://huggingface.co/...")  # doctest: +SKIP
+        A cache laid out as huggingface_hub's (`blobs/<sha256>`, linked from `snapshots/<commit>/`):
+
+        >>> import hashlib, os
+        >>> os.makedirs("blobs"); os.makedirs("snapshots/c0ffee")
+        >>> etag = hashlib.sha256(b"weights").hexdigest()
+        >>> with open(f"blobs/{etag}", "wb") as f:
+        ...     _ = f.write(b"weights")
+        >>> os.symlink(f"../../blobs/{etag}", "snapshots/c0ffee/model.safetensors")
+        >>> url = "https://huggingface.co/org/name/resolve/main/model.safetensors"
+        >>> verify("snapshots/c0ffee/model.safetensors", url)
+        >>> with open(f"blobs/{etag}", "wb") as f:
+        ...     _ = f.write(b"altered")
+        >>> verify("snapshots/c0ffee/model.safetensors", url)
+        Traceback (most recent call last):
+        vit_keras.weights.hub.HubError: The download of https://huggingface.co/... does not match the sha256 ...
+        >>> os.path.exists("snapshots/c0ffee/model.safetensors")
+        False
     """
     # One link only: the snapshot entry points at `blobs/<etag>`, which may itself link into huggingface_hub's
     # shared blob store, under another name.
@@ -304,7 +320,11 @@ def shard_names(index_path: str) -> list[str]:
     safetensors file names next to it.
 
     Example:
-        >>> shard_names("model.safetensors.index.json")  # doctest: +SKIP
+        >>> import json
+        >>> with open("model.safetensors.index.json", "w") as f:
+        ...     json.dump({"weight_map": {"cls_token": "model-00001-of-00002.safetensors",
+        ...                               "pos_embed": "model-00002-of-00002.safetensors"}}, f)
+        >>> shard_names("model.safetensors.index.json")
         ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors']
     """
     if os.path.getsize(index_path) > MAX_INDEX_BYTES:
@@ -328,7 +348,16 @@ def read_shards(directory: str) -> dict:
     every tensor the index lists must be in the shard it names, and no tensor in two shards.
 
     Example:
-        >>> tensors = read_shards("dinov2-giant-dir")  # doctest: +SKIP
+        >>> import json, os
+        >>> from safetensors.numpy import save_file
+        >>> os.makedirs("sharded")
+        >>> save_file({"cls_token": np.zeros((1, 1, 48), "float32")}, "sharded/model-00001-of-00002.safetensors")
+        >>> save_file({"pos_embed": np.zeros((1, 17, 48), "float32")}, "sharded/model-00002-of-00002.safetensors")
+        >>> with open("sharded/model.safetensors.index.json", "w") as f:
+        ...     json.dump({"weight_map": {"cls_token": "model-00001-of-00002.safetensors",
+        ...                               "pos_embed": "model-00002-of-00002.safetensors"}}, f)
+        >>> sorted(read_shards("sharded"))
+        ['cls_token', 'pos_embed']
     """
     from vit_keras.weights.safetensors_io import read_safetensors
 
@@ -355,7 +384,16 @@ def check_pin(directory: str, sha256: str, source: str) -> None:
     named by its sha256, so nothing is hashed again).
 
     Example:
-        >>> check_pin(".../snapshots/<commit>", "ab12...", "hf-hub:org/name")  # doctest: +SKIP
+        >>> import hashlib, os
+        >>> os.makedirs("blobs"); os.makedirs("snapshots/c0ffee")
+        >>> etag = hashlib.sha256(b"weights").hexdigest()
+        >>> with open(f"blobs/{etag}", "wb") as f:
+        ...     _ = f.write(b"weights")
+        >>> os.symlink(f"../../blobs/{etag}", "snapshots/c0ffee/model.safetensors")
+        >>> check_pin("snapshots/c0ffee", etag, "hf-hub:org/name")
+        >>> check_pin("snapshots/c0ffee", "ab12" * 16, "hf-hub:org/name")
+        Traceback (most recent call last):
+        vit_keras.weights.hub.HubError: model.safetensors of hf-hub:org/name has sha256 ..., not the pinned ab12...
     """
     weights = os.path.join(directory, WEIGHTS_NAME)
     if not os.path.lexists(weights):
@@ -392,9 +430,10 @@ def materialize(source: str, revision: str | None = None, cache_dir: str | None 
     repositories (default `$HF_TOKEN`). `sha256`: the digest `model.safetensors` must have (as a pinned URL's). The
     whole download is bounded by `VIT_KERAS_DOWNLOAD_DEADLINE`.
 
-    Example:
-        >>> materialize("hf-hub:timm/vit_small_patch16_224.augreg_in21k")  # doctest: +SKIP
-        '/root/.cache/huggingface/hub/models--timm--vit_small_patch16_224.augreg_in21k/snapshots/<commit>'
+    Example (downloads on first use, then reads the cache; offline with `HF_HUB_OFFLINE=1`)::
+
+        materialize("hf-hub:timm/vit_small_patch16_224.augreg_in21k")
+        # '/root/.cache/huggingface/hub/models--timm--vit_small_patch16_224.augreg_in21k/snapshots/<commit>'
     """
     repo_id, revision = parse(source, revision)
     allowed = download.deadline()  # a malformed setting is reported before anything is fetched

@@ -2,8 +2,9 @@
 else (Google `.npz`, bare timm state dicts).
 
 Example:
-    >>> infer_config_fields(read_npz("ViT-B_16.npz"))["hidden_size"]  # doctest: +SKIP
-    768
+    >>> from vit_keras.weights.google import read_npz
+    >>> infer_config_fields(read_npz("tests/fixtures/vitjax_token_raw/checkpoint.npz"))["hidden_size"]
+    48
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ def infer_config_fields(params: dict, source_grid=None, no_embed_class: bool | N
     when it is not square. `no_embed_class=None` reads it off the table's length when the grid is square.
 
     Example:
-        >>> infer_config_fields(params)["num_layers"]  # doctest: +SKIP
-        12
+        >>> from vit_keras.weights.google import read_npz
+        >>> params = read_npz("tests/fixtures/vitjax_token_raw/checkpoint.npz")
+        >>> infer_config_fields(params)["num_layers"]
+        2
     """
     try:
         kernel = params["embedding/kernel"]

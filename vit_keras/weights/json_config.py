@@ -18,7 +18,7 @@ def load(path: str) -> dict:
     """The JSON object in `path`.
 
     Example:
-        >>> load("vit/config.json")["model_type"]  # doctest: +SKIP
+        >>> load("tests/fixtures/hf_dir/hf_model/config.json")["model_type"]
         'vit'
     """
     try:

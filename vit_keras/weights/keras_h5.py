@@ -10,8 +10,10 @@ Only the model's weights are loaded: training state stored beside them (the `opt
 `save_weights` writes for a compiled model) is not part of the comparison and is left out.
 
 Example:
-    >>> model.save_weights("vit.weights.h5")  # doctest: +SKIP
-    >>> load_keras_weights(model, "vit.weights.h5")  # doctest: +SKIP
+    >>> import vit_keras
+    >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
+    >>> model.save_weights("vit.weights.h5")
+    >>> load_keras_weights(model, "vit.weights.h5")
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ def expected_arrays(model) -> dict:
     paths are exactly those Keras reads back.
 
     Example:
-        >>> sorted(expected_arrays(model))[0]  # doctest: +SKIP
+        >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="head")])
+        >>> sorted(expected_arrays(model))[0]
         'layers/dense/vars/0'
     """
     from keras.src.saving import saving_lib
@@ -102,7 +105,10 @@ def file_arrays(h5_file) -> dict:
     """`{path: (layer name, shape)}` of the model's arrays in an open `.weights.h5` (h5py.File).
 
     Example:
-        >>> with h5py.File("vit.weights.h5") as f:  # doctest: +SKIP
+        >>> import h5py
+        >>> model = keras.Sequential([keras.Input((768,)), keras.layers.Dense(1000, name="head")])
+        >>> model.save_weights("vit.weights.h5")
+        >>> with h5py.File("vit.weights.h5") as f:
         ...     file_arrays(f)["layers/dense/vars/0"]
         ('head', (768, 1000))
     """
@@ -133,7 +139,10 @@ def compare(model, h5_file) -> tuple[dict, WeightsMismatch]:
     """The model's variables by file path, and how the open `.weights.h5` differs from them.
 
     Example:
-        >>> with h5py.File("vit.weights.h5") as f:  # doctest: +SKIP
+        >>> import h5py
+        >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="head")])
+        >>> model.save_weights("vit.weights.h5")
+        >>> with h5py.File("vit.weights.h5") as f:
         ...     compare(model, f)[1].fits
         True
     """
@@ -177,8 +186,13 @@ def load_keras_weights(model, path) -> None:
     every shape that differs, before anything is assigned; and one naming the file when it is not readable HDF5.
 
     Example:
-        >>> load_keras_weights(vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2,
-        ...                    num_heads=3, mlp_dim=96), "tiny.weights.h5")  # doctest: +SKIP
+        >>> import vit_keras
+        >>> tiny = dict(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
+        >>> vit_keras.ViT(**tiny).save_weights("tiny.weights.h5")
+        >>> load_keras_weights(vit_keras.ViT(**tiny), "tiny.weights.h5")
+        >>> load_keras_weights(vit_keras.ViT(**tiny, classes=10), "tiny.weights.h5")
+        Traceback (most recent call last):
+        ValueError: ...
     """
     import h5py
     import keras

@@ -17,7 +17,10 @@ table and must give the model's arrays exactly.
   (`Dinov2Model`), `clip_vision_model` (`CLIPVisionModel`), `siglip_vision_model` (`SiglipVisionModel`).
 
 Example:
-    >>> save_pretrained(model, "my-vit-timm", format="timm")  # doctest: +SKIP
+    >>> import vit_keras
+    >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+    ...                       mlp_dim=96, classes=10)
+    >>> save_pretrained(model, "my-vit-timm", format="timm")
     'my-vit-timm'
 """
 
@@ -54,7 +57,9 @@ def model_params(model) -> dict[str, np.ndarray]:
     """The canonical (vit_jax raw-name) float32 arrays of a built vit_keras model, in the checkpoint layouts.
 
     Example:
-        >>> sorted(model_params(vit_keras.ViT(image_size=32, **tiny)))[:2]  # doctest: +SKIP
+        >>> import vit_keras
+        >>> tiny = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
+        >>> sorted(model_params(vit_keras.ViT(image_size=32, **tiny)))[:2]
         ['Transformer/encoder_norm/bias', 'Transformer/encoder_norm/scale']
     """
     quantized = quantized_layers(model)
@@ -70,7 +75,9 @@ def model_normalization(model):
     None when the model takes normalised input (include_preprocessing=False).
 
     Example:
-        >>> model_normalization(vit_keras.ViT(image_size=32, **tiny))  # doctest: +SKIP
+        >>> import vit_keras
+        >>> tiny = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
+        >>> model_normalization(vit_keras.ViT(image_size=32, **tiny))
         ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
     """
     try:
@@ -149,8 +156,12 @@ def timm_files(config, params, normalization, label_names=None) -> tuple[dict, d
     `params` computes; `normalization` is the (mean, std) its inputs are normalised with.
 
     Example:
-        >>> cfg, tensors = timm_files(config, model_params(model), ((0.5,) * 3, (0.5,) * 3))  # doctest: +SKIP
-        >>> cfg["architecture"]  # doctest: +SKIP
+        >>> import vit_keras
+        >>> from vit_keras.model_config import config_of
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> cfg, tensors = timm_files(config_of(model), model_params(model), ((0.5,) * 3, (0.5,) * 3))
+        >>> cfg["architecture"]
         'vit_base_patch16_224'
     """
     _common_refusals(config, "timm", _TIMM_FALLBACK)
@@ -229,7 +240,8 @@ def transformers_model_type(config) -> str:
     """The transformers model type that computes what `config` computes, or a `ValueError` naming what none has.
 
     Example:
-        >>> transformers_model_type(ViTConfig(layer_scale=True))  # doctest: +SKIP
+        >>> from vit_keras.configs import ViTConfig
+        >>> transformers_model_type(ViTConfig(layer_scale=True))
         'dinov2'
     """
     _common_refusals(config, "transformers", _USE_TIMM)
@@ -253,8 +265,12 @@ def transformers_files(config, params, label_names=None) -> tuple[dict, dict[str
     computes.
 
     Example:
-        >>> cfg, tensors = transformers_files(config, model_params(model))  # doctest: +SKIP
-        >>> cfg["model_type"]  # doctest: +SKIP
+        >>> import vit_keras
+        >>> from vit_keras.model_config import config_of
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, include_top=False, layer_scale=True)  # a DINOv2 backbone
+        >>> cfg, tensors = transformers_files(config_of(model), model_params(model))
+        >>> cfg["model_type"]
         'dinov2'
     """
     model_type = transformers_model_type(config)
@@ -342,8 +358,13 @@ def save_pretrained(model, directory, format: str = "timm", *, overwrite: bool =
     field and the format that holds it.
 
     Example:
-        >>> vit_keras.save_pretrained(model, "vit-ft", format="timm")  # doctest: +SKIP
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> vit_keras.save_pretrained(model, "vit-ft", format="timm")
         'vit-ft'
+        >>> vit_keras.from_pretrained("vit-ft").output_shape
+        (None, 10)
     """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}.")
@@ -366,7 +387,11 @@ def write_directory(directory: str, contents: dict, tensors: dict[str, np.ndarra
     """`config.json` and `model.safetensors` (float32, torch's `format: pt` metadata) into `directory`.
 
     Example:
-        >>> write_directory(tmp, {"architecture": "vit_base_patch16_224"}, tensors)  # doctest: +SKIP
+        >>> import os
+        >>> os.makedirs("vit-dir")
+        >>> write_directory("vit-dir", {"architecture": "vit_base_patch16_224"}, {"cls_token": np.zeros((1, 1, 48))})
+        >>> sorted(os.listdir("vit-dir"))
+        ['config.json', 'model.safetensors']
     """
     from safetensors.numpy import save_file
 

@@ -2,8 +2,9 @@
 temporary directory, a model card (`README.md`) that says what the model is and how it was made, then
 `huggingface_hub.HfApi().upload_folder`.
 
-Example:
-    >>> push_to_hub(model, "me/vit-small-flowers", format="timm", metrics={"top1": 0.93})  # doctest: +SKIP
+Example (uploads, with a token that may write to the repository; `prepare_folder` shows what is uploaded)::
+
+    push_to_hub(model, "me/vit-small-flowers", format="timm", metrics={"top1": 0.93})
 """
 
 from __future__ import annotations
@@ -68,7 +69,11 @@ def prepare_folder(model, directory: str, *, format: str = "timm", source: str |
     """What `push_to_hub` uploads: `save_pretrained(model, directory, format)` plus the model card.
 
     Example:
-        >>> sorted(os.listdir(prepare_folder(model, "out")))  # doctest: +SKIP
+        >>> import os
+        >>> import vit_keras
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> sorted(os.listdir(prepare_folder(model, "out", metrics={"top1": 0.93})))
         ['README.md', 'config.json', 'model.safetensors']
     """
     save_pretrained(model, directory, format=format, **save_kwargs)
@@ -93,8 +98,9 @@ def push_to_hub(model, repo_id: str, *, format: str = "timm", token: str | None 
     `normalization` and `label_names` as `save_pretrained`. Then `timm.create_model("hf-hub:" + repo_id,
     pretrained=True)` or `AutoModel.from_pretrained(repo_id)` loads it.
 
-    Example:
-        >>> push_to_hub(model, "me/vit-ft", format="transformers", token="hf_...")  # doctest: +SKIP
+    Example (uploads; see `prepare_folder` for what)::
+
+        push_to_hub(model, "me/vit-ft", format="transformers", token="hf_...")
     """
     from huggingface_hub import HfApi
 
