@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import vit_keras
 from tests.reference_numpy import randomize_weights
+from tests.tiny import TINY
 from vit_keras.cli import main
 
 
@@ -53,8 +54,7 @@ def _write_pngs(directory, count, size=16):
 
 
 def _tiny_keras_model(path, image_size, patch_size, classes=10):
-    model = vit_keras.ViT(image_size=image_size, patch_size=patch_size, hidden_size=48, num_layers=2, num_heads=3,
-                          mlp_dim=96, classes=classes)
+    model = vit_keras.ViT(image_size=image_size, classes=classes, **{**TINY, "patch_size": patch_size})
     randomize_weights(model, seed=1)
     model.save(path)
     return model

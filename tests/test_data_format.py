@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import vit_keras
-from tests.conftest import TINY
 from tests.model_kinds import KINDS, build, images
+from tests.tiny import TINY
 
 
 @pytest.fixture

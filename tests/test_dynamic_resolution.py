@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import vit_keras
-from tests.conftest import TINY
+from tests.tiny import TINY
 from vit_keras import export, inspection
 from vit_keras.configs import ViTConfig
 from vit_keras.layers.interpolation import resample_grid

@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import pytest
 
+from tests.tiny import TINY
 from vit_keras import ViT, export
 from vit_keras.cli import SUBCOMMANDS, main
 
@@ -15,7 +16,7 @@ from vit_keras.cli import SUBCOMMANDS, main
 @pytest.fixture(scope="module")
 def keras_file(tmp_path_factory):
     keras.utils.set_random_seed(0)
-    model = ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=96, classes=4)
+    model = ViT(image_size=32, classes=4, **{**TINY, "num_layers": 1})
     # The head is zero-initialised; random weights give the classes distinct scores to agree on.
     head = model.get_layer("head")
     head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape).astype("float32"))

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import vit_keras
-from tests.conftest import TINY
+from tests.tiny import TINY
 from vit_keras.layers import Patches
 from vit_keras.model_class import VisionTransformer
 

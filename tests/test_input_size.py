@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import TINY
+from tests.tiny import TINY
 from vit_keras import ViT, export
 from vit_keras.layers import Patches
 

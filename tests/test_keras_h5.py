@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import vit_keras
-from tests.conftest import TINY
+from tests.tiny import TINY
 from vit_keras.weights import keras_h5
 
 

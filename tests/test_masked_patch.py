@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import vit_keras
+from tests.tiny import TINY
 from vit_keras import training
 from vit_keras.layers.masked_patch import (
     CLEAN,
@@ -32,8 +33,8 @@ SIGMAS = 5
 
 
 def _encoder(image_size=8, patch_size=2, **kwargs):
-    return vit_keras.ViT(image_size=image_size, patch_size=patch_size, hidden_size=48, num_layers=2, num_heads=3,
-                         mlp_dim=96, include_top=False, **kwargs)
+    # TINY with smaller patches: the masked-patch tests work on 8-pixel images.
+    return vit_keras.ViT(image_size=image_size, include_top=False, **{**TINY, "patch_size": patch_size, **kwargs})
 
 
 def _roles(num_patches, samples=SAMPLES, seed=0, **rates):
@@ -116,8 +117,8 @@ def test_bad_rates_and_targets_are_refused():
     with pytest.raises(ValueError, match="target_grid to divide"):
         MaskedPatchModel(_encoder(), target="downsized_colour", target_grid=4)  # patches of 2 pixels
     with pytest.raises(ValueError, match="plain ViT"):
-        MaskedPatchModel(vit_keras.ViT(image_size=32, patch_size=1, hidden_size=48, num_layers=1, num_heads=3,
-                                       mlp_dim=96, resnet={"num_layers": [1], "width_factor": 1}, include_top=False))
+        MaskedPatchModel(vit_keras.ViT(image_size=32, resnet={"num_layers": [1], "width_factor": 1}, include_top=False,
+                                       **{**TINY, "num_layers": 1, "patch_size": 1}))
 
 
 def _image():
@@ -286,7 +287,7 @@ def test_pretrained_encoder_fine_tunes_at_another_size_and_feeds_the_few_shot_pr
     keras.utils.set_random_seed(0)
     model = MaskedPatchModel(_encoder(image_size=8, patch_size=2), seed=0)
     model(np.zeros((1, 8, 8, 3), np.float32))
-    kwargs = dict(patch_size=2, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
+    kwargs = dict(TINY, patch_size=2)
     classifier = vit_keras.ViT(image_size=12, classes=10, **kwargs)
     report = training.transfer_weights(model.encoder, classifier)
     assert report == {"resampled": True, "head": "zero-init"}

@@ -24,9 +24,9 @@ import pytest
 import tensorflow as tf
 
 import vit_keras
-from tests.conftest import TINY
 from tests.image_bombs import bomb_png
 from tests.reference_numpy import interpolate_posembed, params_from_model, randomize_weights, vit_forward
+from tests.tiny import TINY
 from vit_keras import inspection, migration, utils, visualize, vit
 from vit_keras.weights import registry
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 from safetensors.numpy import save_file
 
 import vit_keras
-from tests.conftest import TINY
+from tests.tiny import TINY
 from vit_keras import export
 from vit_keras.cli import main
 from vit_keras.weights import safetensors_io

@@ -11,14 +11,14 @@ import scipy.ndimage
 import tensorflow as tf
 
 import vit_keras
+from tests.tiny import TINY_TRAINING
 from vit_keras import hardware, training
 from vit_keras.training import strategy as strategy_module
 
-TINY = {"patch_size": 4, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "mlp_dim": 64}
-
 
 def tiny_vit(image_size=16, classes=10, **kwargs):
-    return vit_keras.ViT(image_size=image_size, classes=classes, classifier_activation=None, **{**TINY, **kwargs})
+    return vit_keras.ViT(image_size=image_size, classes=classes, classifier_activation=None,
+                         **{**TINY_TRAINING, **kwargs})
 
 
 @pytest.fixture(scope="module")

@@ -9,16 +9,15 @@ import pytest
 import tensorflow as tf
 
 import vit_keras
+from tests.tiny import TINY_TRAINING
 from vit_keras import training
 from vit_keras.cli import main
 from vit_keras.training.callbacks import NonFiniteLossError
 from vit_keras.training.loop import holdout_splits
 
-TINY = {"patch_size": 4, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "mlp_dim": 64}
-
 
 def tiny_vit(image_size=16, classes=10):
-    return vit_keras.ViT(image_size=image_size, classes=classes, classifier_activation=None, **TINY)
+    return vit_keras.ViT(image_size=image_size, classes=classes, classifier_activation=None, **TINY_TRAINING)
 
 
 def _config(**overrides):

@@ -20,6 +20,7 @@ import vit_keras
 from vit_keras.weights import download, registry
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "vitjax_token_raw")
+# The architecture of the checkpoint in fixtures/vitjax_token_raw, fixed by that file (not tests/tiny.py's TINY).
 ARCH = dict(image_size=64, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96, classes=7,
             include_preprocessing=False, classifier_activation=None)
 # Reference: the float32 forward against the source framework's output (float64 NumPy, JAX or PyTorch) on O(1)
