@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test test-numerics lint benchmark clean
+.PHONY: demo test test-fast test-numerics lint benchmark clean
 
 $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,8 +23,17 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# Test tiers. `make test` is the whole suite, the one CI runs (.ci/run): about 30 minutes on 2 cores.
+# `make test-fast` leaves out the tests marked slow (pytest -m "not slow"): under 4 minutes on 2 cores, for the
+# edit-test loop; run `make test` before pushing. A test is marked @pytest.mark.slow (a whole file: `pytestmark`)
+# when it takes over 5 s on 2 cores, module fixtures included (`pytest --durations=0` shows each phase), or when it
+# starts processes, trains for epochs, exports SavedModel/TFLite/ONNX files, runs a notebook or the demo.
+# `pytest -m slow` runs only those.
 test: lint
 	$(BIN)/python -m pytest -q --durations=15
+
+test-fast: lint
+	$(BIN)/python -m pytest -q -m "not slow" --durations=10
 
 # The numerics-sensitive tests (pytest -m numerics) once per setting that changes float arithmetic: oneDNN capped
 # at lower instruction sets or off, TFLite without XNNPACK, 1 and 2 threads. Prints each bound beside the spread

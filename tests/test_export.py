@@ -25,6 +25,10 @@ from tests.tiny import TINY
 from vit_keras import ViT, export, images
 from vit_keras.demo import load_digits_rgb
 
+# Slow (`make test-fast` leaves the file out): the tests share a model trained for 12 epochs (about 30 s on 2 cores)
+# and write SavedModel and TFLite files, several seconds each.
+pytestmark = pytest.mark.slow
+
 IMAGE_SIZE = 32
 CLASS_NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 ARCH = dict(TINY, image_size=IMAGE_SIZE)

@@ -41,6 +41,7 @@ def test_export_is_a_registered_subcommand():
     assert "export" in SUBCOMMANDS
 
 
+@pytest.mark.slow
 def test_cli_writes_a_saved_model_and_reports_agreement(keras_file, image_dir, tmp_path, capsys):
     names = tmp_path / "classes.txt"
     names.write_text("cat\ndog\nbird\nfish\n")
@@ -63,6 +64,7 @@ def test_cli_writes_a_saved_model_and_reports_agreement(keras_file, image_dir, t
     assert main([*argv, "--overwrite"]) == 0
 
 
+@pytest.mark.slow
 def test_cli_writes_tflite_and_reports_agreement(keras_file, image_dir, tmp_path, capsys):
     path = tmp_path / "vit_int8.tflite"
     argv = ["export", str(path), "--format", "tflite", "--quantization", "int8", "--keras-model", keras_file,
