@@ -24,11 +24,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # Test tiers. `make test` is the whole suite, the one CI runs (.ci/run): about 30 minutes on 2 cores.
-# `make test-fast` leaves out the tests marked slow (pytest -m "not slow"): under 4 minutes on 2 cores, for the
+# `make test-fast` leaves out the tests marked slow (pytest -m "not slow"): about 3 minutes on 2 cores, for the
 # edit-test loop; run `make test` before pushing. A test is marked @pytest.mark.slow (a whole file: `pytestmark`)
-# when it takes over 5 s on 2 cores, module fixtures included (`pytest --durations=0` shows each phase), or when it
-# starts processes, trains for epochs, exports SavedModel/TFLite/ONNX files, runs a notebook or the demo.
-# `pytest -m slow` runs only those.
+# when it takes over 1.5 s on 2 cores, its fixtures' setup included (`pytest --durations=0` shows each phase), or
+# when it starts a Python process, trains for epochs, exports SavedModel/TFLite/ONNX files, or runs a notebook or
+# the demo; a parametrized test is marked whole when one of its cases is. `pytest -m slow` runs only those.
 test: lint
 	$(BIN)/python -m pytest -q --durations=15
 

@@ -10,6 +10,7 @@ from tests.tiny import TINY
 from vit_keras.cli import main
 
 
+@pytest.mark.slow
 def test_predict_prints_the_top_classes(tmp_path, capsys):
     model = vit_keras.ViTTi16(image_size=32, classes=1000, classifier_activation=None)
     randomize_weights(model, seed=0)
@@ -60,6 +61,7 @@ def _tiny_keras_model(path, image_size, patch_size, classes=10):
     return model
 
 
+@pytest.mark.slow
 def test_predict_in_batches_prints_each_batch_before_decoding_the_next(tmp_path, monkeypatch):
     import io
     import sys

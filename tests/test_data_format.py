@@ -34,6 +34,7 @@ def channels_last_models():
     return {kind: build(kind, classifier_activation=None) for kind in KINDS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_every_model_computes_the_same_under_channels_first(channels_last_models, channels_first, kind):
     reference = channels_last_models[kind]

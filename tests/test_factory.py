@@ -82,6 +82,7 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 SHAPE = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case, interpolation", [("vitjax_token_raw", "linear"), ("hf_dir", "bicubic")])
 def test_vit_from_pretrained_and_convert_build_the_same_model(case, interpolation, tmp_path):
     """The same checkpoint with the same overrides (a new image size, the source's own interpolation) gives the

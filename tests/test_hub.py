@@ -368,6 +368,7 @@ except ValueError as error:
 """
 
 
+@pytest.mark.slow
 def test_environment_variables_are_honoured(local_hub, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "TRANSFORMERS_OFFLINE"))}
     env.update(HF_ENDPOINT=local_hub.endpoint, HF_HOME=str(tmp_path / "hf_home"), TF_CPP_MIN_LOG_LEVEL="2")
@@ -378,6 +379,7 @@ def test_environment_variables_are_honoured(local_hub, tmp_path):
     assert "REFUSED" in result.stdout and "HF_HUB_OFFLINE is set" in result.stdout, result.stdout
 
 
+@pytest.mark.slow
 def test_convert_takes_a_hub_id_and_a_revision(hub_env, tmp_path, capsys):
     from vit_keras.cli import main as cli_main
 

@@ -83,6 +83,7 @@ def test_corruption_replaces_masks_and_keeps_as_its_roles_say():
     assert np.all(np.isin(corrupted[replaced][:, 0], patches[..., 0]))
 
 
+@pytest.mark.slow
 def test_corruption_is_seeded_and_compiles_with_xla():
     patches = keras.ops.ones((8, 16, 12))
     layer = PatchCorruption(seed=7)
@@ -211,6 +212,7 @@ def test_mask_embedding_touches_only_masked_patch_tokens():
     np.testing.assert_allclose(out[0, 1], keras.ops.convert_to_numpy(layer.mask_embedding))
 
 
+@pytest.mark.slow
 def test_model_saves_and_reloads_in_safe_mode_with_its_corruption_stream(tmp_path):
     model = MaskedPatchModel(_encoder(), seed=5)
     images = np.random.default_rng(0).uniform(0, 255, (4, 8, 8, 3)).astype(np.float32)
@@ -283,6 +285,7 @@ def test_short_run_learns_and_a_resume_continues_it_exactly(tmp_path, monkeypatc
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, err_msg=a.path)
 
 
+@pytest.mark.slow
 def test_pretrained_encoder_fine_tunes_at_another_size_and_feeds_the_few_shot_probe(tmp_path):
     keras.utils.set_random_seed(0)
     model = MaskedPatchModel(_encoder(image_size=8, patch_size=2), seed=0)
@@ -313,6 +316,7 @@ def test_recipe_is_the_papers_scaled_by_arguments():
     assert training.masked_patch(total_steps=500, warmup_steps=50).warmup_steps == 50
 
 
+@pytest.mark.slow
 def test_cli_pretrain_writes_an_encoder_that_fine_tunes(tmp_path, capsys):
     from vit_keras.cli import SUBCOMMANDS, main
 

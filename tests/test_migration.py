@@ -134,6 +134,7 @@ def test_modules_import_the_0_2_0_ways():
         vit_keras.__getattr__("nothing")
 
 
+@pytest.mark.slow
 def test_every_0_2_0_function_warns_once_naming_its_replacement(registered, tmp_path):
     model = quiet(vit.build_model, image_size=32, classes=10, **TINY_BUILD)
     np.savez(tmp_path / "c.npz", **checkpoint_params(classes=10))

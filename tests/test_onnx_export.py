@@ -23,6 +23,9 @@ from tests.tiny import TINY  # noqa: E402
 from vit_keras import export  # noqa: E402
 from vit_keras.cli import main as cli_main  # noqa: E402
 
+# Slow: every test writes an ONNX file through tf2onnx (about 5 s each on 2 cores).
+pytestmark = pytest.mark.slow
+
 FAMILY = os.path.join(os.path.dirname(__file__), "fixtures", "family")
 # Probabilities in [0, 1] from ONNX Runtime's float32 kernels against TensorFlow's: other summation orders and
 # exp/erf approximations over a 2-layer chain, the same budget as TFLite float32 (tests/test_export.py). Worst

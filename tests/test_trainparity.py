@@ -76,6 +76,7 @@ def test_finetune_updates_equal_vit_jax(accumulation, jit_compile):
     assert_matches_vit_jax(accumulation, initial, snapshots, losses)
 
 
+@pytest.mark.slow
 def test_float32_trace_is_measurably_not_vit_jax():
     """The trace's dtype is part of the recipe: a float32 trace lands ~1.2e-3 (relative) from vit_jax's
     parameters, 4x the tolerance, while the bfloat16 trace passes."""

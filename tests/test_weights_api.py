@@ -197,6 +197,7 @@ def test_map_head_checkpoint_needs_a_map_model(tmp_path):
 # ---------------------------------------------------------------- vit-keras convert
 
 
+@pytest.mark.slow
 def test_convert_to_keras_and_weights_h5(tmp_path, capsys):
     meta, path, x, expected = _fixture("vitjax_hybrid_r2")
     keras_file = str(tmp_path / "hybrid.keras")
@@ -284,6 +285,7 @@ def test_vit_passes_source_grid_to_the_loader(tmp_path):
     assert np.abs(_run(square, x) - reference).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_named_constructors_pass_interpolation_and_source_grid(tmp_path):
     """ViTTi16(weights=..., source_grid=..., interpolation=...) resamples a stored 1x4 grid to its 2x2 (32x32)."""
     from vit_keras.weights.assign import model_slots
@@ -355,6 +357,7 @@ def test_convert_with_source_grid_keeps_the_native_rectangular_size(tmp_path):
     assert np.abs(_run(model, x) - reference).max() <= TOLERANCE
 
 
+@pytest.mark.slow
 def test_convert_with_interpolation_and_image_size(tmp_path):
     from vit_keras.weights.resample import resample_position_embeddings
 

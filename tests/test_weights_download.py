@@ -205,6 +205,7 @@ def test_pickle_bearing_npz_is_refused_and_removed(cache, tmp_path, server):
     assert path.exists()
 
 
+@pytest.mark.slow
 def test_named_constructor_resolves_imagenet_through_the_registry(cache, tmp_path, monkeypatch):
     """ViTTi16(weights="imagenet") -> the registry's pick for Ti/16 at the model's size -> verified download ->
     every variable loaded (the served checkpoint is another random Ti/16 written in the Google layout)."""

@@ -166,6 +166,7 @@ def _part_names():
     return names
 
 
+@pytest.mark.slow
 def test_the_schema_is_the_union_of_the_layers_checkpoint_names():
     """Every name a model declares is canonical, and every canonical template is declared by some model."""
     declared = set()
