@@ -92,6 +92,7 @@ def test_tflite_helpers_refuse_another_size(tflite_file, shape):
     assert export.tflite_predict(tflite_file, np.zeros((3, 32, 32, 3)))["probabilities"].shape == (3, 5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", WRONG_SIZES)
 def test_tflite_file_itself_never_answers_with_another_number_of_rows(tflite_file, shape):
     from ai_edge_litert.interpreter import Interpreter
