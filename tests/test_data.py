@@ -48,6 +48,7 @@ def _grey_dataset(n=12, size=10):
     return tf.data.Dataset.from_tensor_slices((images, np.arange(n) % 3)), images
 
 
+@pytest.mark.slow
 def test_train_pipeline_shapes_channels_labels_and_reproducibility():
     ds, _ = _grey_dataset()
     def pipeline():

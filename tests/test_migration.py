@@ -213,6 +213,7 @@ def quiet_future(function, *args, **kwargs):
         return function(*args, **kwargs)
 
 
+@pytest.mark.slow
 def test_vit_b16_fine_tuning_head_starts_fresh(registered, images):
     model = quiet(vit.vit_b16, image_size=32, classes=7, pretrained=True, include_top=True, pretrained_top=False)
     assert model.output_shape == (None, 7)
