@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test test-numerics lint docs benchmark clean
+.PHONY: demo test test-fast test-numerics lint docs benchmark clean
 
 # setup.cfg states compatible ranges; constraints.txt the exact versions tested, which every install here uses.
 $(STAMP): setup.cfg pyproject.toml constraints.txt Makefile
@@ -29,8 +29,17 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
+# Test tiers. `make test` is the whole suite, the one CI runs (.ci/run): about 30 minutes on 2 cores.
+# `make test-fast` leaves out the tests marked slow (pytest -m "not slow"): about 3 minutes on 2 cores, for the
+# edit-test loop; run `make test` before pushing. A test is marked @pytest.mark.slow (a whole file: `pytestmark`)
+# when it takes over 1.5 s on 2 cores, its fixtures' setup included (`pytest --durations=0` shows each phase), or
+# when it starts a Python process, trains for epochs, exports SavedModel/TFLite/ONNX files, or runs a notebook or
+# the demo; a parametrized test is marked whole when one of its cases is. `pytest -m slow` runs only those.
 test: lint docs
 	$(BIN)/python -m pytest -q --durations=15
+
+test-fast: lint
+	$(BIN)/python -m pytest -q -m "not slow" --durations=10
 
 # The numerics-sensitive tests (pytest -m numerics) once per setting that changes float arithmetic: oneDNN capped
 # at lower instruction sets or off, TFLite without XNNPACK, 1 and 2 threads. Prints each bound beside the spread

@@ -120,6 +120,7 @@ def jax_parallel(out: str, data_dir: str, one_device: dict) -> dict:
     from vit_keras.training import parallel
 
     assert len(jax.devices()) == 2, jax.devices()
+    # 4 heads, not tests/tiny.py's 3: model parallelism splits attention by heads, which must divide over 2 devices.
     kwargs = dict(image_size=16, patch_size=4, hidden_size=48, num_layers=1, num_heads=4, mlp_dim=96, classes=10,
                   classifier_activation=None)
     with parallel.model_parallel(model_devices=2).scope():

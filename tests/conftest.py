@@ -8,12 +8,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
+from tests.tiny import TINY  # noqa: E402
 from tests.torch_compat import make_torchvision_importable  # noqa: E402
 
 make_torchvision_importable()
-
-# A model small enough to build and run in well under a second on a laptop CPU.
-TINY = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
 
 
 # The TFLite runtime settings that change arithmetic, for `make test-numerics` (scripts/test_numerics.py):

@@ -17,11 +17,11 @@ def main(out, formats):
     import keras
 
     import vit_keras
+    from tests.tiny import TINY
     from vit_keras import export
 
     keras.utils.set_random_seed(0)
-    model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96,
-                          classes=10, name="tiny")
+    model = vit_keras.ViT(image_size=32, classes=10, name="tiny", **TINY)
     rng = np.random.default_rng(0)
     # The head is zero-initialised: N(0, 0.1) on every weight gives the classes distinct scores.
     model.set_weights([w + rng.normal(0, 0.1, w.shape).astype(w.dtype) for w in model.get_weights()])

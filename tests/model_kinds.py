@@ -6,7 +6,7 @@ Shared by the quantization and data-format tests; every model takes 32x32 RGB im
 import numpy as np
 
 import vit_keras
-from tests.conftest import TINY
+from tests.tiny import TINY
 
 IMAGE_SIZE = 32
 CLASSES = 5

@@ -146,6 +146,7 @@ def _check_jax_parallel(path):
                                            atol=RESUME_TOLERANCE, err_msg=parallel + name)
 
 
+@pytest.mark.slow
 def test_core_install_runs_on_jax_without_tensorflow():
     script = os.path.join(ROOT, "scripts", "check_core_install.py")
     case = os.path.join(ROOT, "tests", "fixtures", "family", "timm_deit_distilled")

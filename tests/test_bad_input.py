@@ -9,7 +9,7 @@ import keras
 import pytest
 
 import vit_keras
-from tests.conftest import TINY
+from tests.tiny import TINY
 from vit_keras.models import build_vit
 
 

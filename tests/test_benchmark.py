@@ -221,6 +221,7 @@ def test_keras_peers_are_compared_with_vit_keras_on_the_same_backend_and_setting
     assert "4.40 (XLA) — 0.92 | 4.80 (JAX) — 1.00" in script.backend_table([summary, exported_only])
 
 
+@pytest.mark.slow
 def test_a_missing_peer_is_reported_as_skipped(tmp_path):
     results, report = _run(tmp_path, "--libraries", "vit-keras-0.2.0", "--batch-sizes", "1", "--precisions",
                            "float32", "--xla", "on", "--matmul-size", "0", "--vit-keras-0.2.0-path",

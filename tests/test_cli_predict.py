@@ -6,9 +6,11 @@ import tensorflow as tf
 
 import vit_keras
 from tests.reference_numpy import randomize_weights
+from tests.tiny import TINY
 from vit_keras.cli import main
 
 
+@pytest.mark.slow
 def test_predict_prints_the_top_classes(tmp_path, capsys):
     model = vit_keras.ViTTi16(image_size=32, classes=1000, classifier_activation=None)
     randomize_weights(model, seed=0)
@@ -53,13 +55,13 @@ def _write_pngs(directory, count, size=16):
 
 
 def _tiny_keras_model(path, image_size, patch_size, classes=10):
-    model = vit_keras.ViT(image_size=image_size, patch_size=patch_size, hidden_size=48, num_layers=2, num_heads=3,
-                          mlp_dim=96, classes=classes)
+    model = vit_keras.ViT(image_size=image_size, classes=classes, **{**TINY, "patch_size": patch_size})
     randomize_weights(model, seed=1)
     model.save(path)
     return model
 
 
+@pytest.mark.slow
 def test_predict_in_batches_prints_each_batch_before_decoding_the_next(tmp_path, monkeypatch):
     import io
     import sys

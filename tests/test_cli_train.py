@@ -90,6 +90,7 @@ def _kill_mid_epoch(process, state):
     return killed_at
 
 
+@pytest.mark.slow
 def test_sigkill_mid_epoch_then_same_command_finishes_like_an_uninterrupted_run(tmp_path, capsys):
     import vit_keras.data
 

@@ -146,6 +146,7 @@ def test_class_names_trailing_blank_lines_and_crlf_are_fine(tmp_path):
     assert read_class_names(str(names)) == ["cat", "dog"]
 
 
+@pytest.mark.slow
 def test_keras_quantized_model_to_tflite_says_what_to_do_instead(tmp_path, capsys, tiny_kwargs):
     import vit_keras
 

@@ -38,11 +38,14 @@ def _count(constructor_name, **kwargs):
     return count
 
 
+# Slow: each builds a paper-size model at 224 with its weights initialised, 3 to 16 s on 2 cores.
+@pytest.mark.slow
 @pytest.mark.parametrize("constructor_name", sorted(PAPER_PARAMS))
 def test_parameter_count_matches_the_paper(constructor_name):
     assert _count(constructor_name) == PAPER_PARAMS[constructor_name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("constructor_name", sorted(GAP_PARAMS))
 def test_gap_parameter_count_matches_the_paper(constructor_name):
     assert _count(constructor_name, classifier="gap") == GAP_PARAMS[constructor_name]

@@ -15,6 +15,7 @@ def digits(tmp_path_factory):
     return str(tmp_path_factory.mktemp("tfds"))
 
 
+@pytest.mark.slow
 def test_digits_builder_serves_scikit_learns_digits(digits):
     from sklearn.datasets import load_digits
 
@@ -47,6 +48,7 @@ def _grey_dataset(n=12, size=10):
     return tf.data.Dataset.from_tensor_slices((images, np.arange(n) % 3)), images
 
 
+@pytest.mark.slow
 def test_train_pipeline_shapes_channels_labels_and_reproducibility():
     ds, _ = _grey_dataset()
     def pipeline():
@@ -156,6 +158,7 @@ def test_eval_pipeline_is_a_plain_resize():
     np.testing.assert_array_equal(np.concatenate([y for _, y in batches]).argmax(-1), np.arange(5) % 3)
 
 
+@pytest.mark.slow
 def test_randaugment_and_mixup_run_inside_tf_data():
     ds, _ = _grey_dataset(n=16)
     pipeline = data.train_pipeline(ds, image_size=16, batch_size=8, num_classes=3, seed=0, randaugment=(2, 0.5),

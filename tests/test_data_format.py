@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import vit_keras
-from tests.conftest import TINY
 from tests.model_kinds import KINDS, build, images
+from tests.tiny import TINY
 
 
 @pytest.fixture
@@ -34,6 +34,7 @@ def channels_last_models():
     return {kind: build(kind, classifier_activation=None) for kind in KINDS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_every_model_computes_the_same_under_channels_first(channels_last_models, channels_first, kind):
     reference = channels_last_models[kind]

@@ -15,6 +15,7 @@ def _env():
     return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
 
 
+@pytest.mark.slow
 def test_the_demo_runs_this_checkouts_code():
     found = subprocess.run([sys.executable, "-c", "import vit_keras.demo as d; print(d.__file__)"], cwd=ROOT,
                            env=_env(), capture_output=True, text=True, timeout=300, check=True)

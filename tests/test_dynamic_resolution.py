@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import vit_keras
-from tests.conftest import TINY
+from tests.tiny import TINY
 from vit_keras import export, inspection
 from vit_keras.configs import ViTConfig
 from vit_keras.layers.interpolation import resample_grid
@@ -93,6 +93,7 @@ def test_keras_image_resize_is_not_the_libraries_bicubic():
 # --- a model of any size equals fixed-size models from the same checkpoint -------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CHECKPOINTS))
 def test_any_size_model_equals_fixed_size_models_from_the_same_checkpoint(any_size_models, name):
     model = any_size_models(name)
@@ -107,6 +108,7 @@ def test_any_size_model_equals_fixed_size_models_from_the_same_checkpoint(any_si
         np.testing.assert_allclose(_run(model, x), expected, rtol=0, atol=TOLERANCE, err_msg=f"{name} at {size}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["vit_jax", "timm_dinov2_reg4"])
 def test_any_size_tokens_equal_fixed_size_tokens(any_size_models, name):
     model = any_size_models(name, include_top=False)
@@ -210,6 +212,7 @@ def test_a_hybrid_refuses_sizes_not_divisible_by_its_total_stride(any_size_model
 # --- compiled, saved, exported, inspected ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_jit_compile_traces_once_per_shape(any_size_models):
     model = any_size_models("vit_jax")
     compiled = tf.function(lambda x: model(x, training=False), jit_compile=True)
@@ -235,6 +238,7 @@ def test_keras_file_round_trips_with_safe_mode(any_size_models, tmp_path):
         np.testing.assert_array_equal(_run(loaded, x), _run(model, x))
 
 
+@pytest.mark.slow
 def test_saved_model_takes_any_multiple_of_the_patch_stride(tmp_path):
     model = vit_keras.ViT(image_size=None, classes=5, **TINY)
     path = export.saved_model(model, tmp_path / "vit")

@@ -21,12 +21,17 @@ import pytest
 import tensorflow as tf
 
 from tests.image_bombs import bomb_png
+from tests.tiny import TINY
 from vit_keras import ViT, export, images
 from vit_keras.demo import load_digits_rgb
 
+# Slow (`make test-fast` leaves the file out): the tests share a model trained for 12 epochs (about 30 s on 2 cores)
+# and write SavedModel and TFLite files, several seconds each.
+pytestmark = pytest.mark.slow
+
 IMAGE_SIZE = 32
 CLASS_NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
-TINY = dict(image_size=IMAGE_SIZE, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
+ARCH = dict(TINY, image_size=IMAGE_SIZE)
 # float32 tolerances on probabilities in [0, 1]. SavedModel runs the same TF graph, differing only in op fusion and
 # reduction order: float32 rounding (2^-24 relative) over a 2-layer chain of sums over at most 96 terms is ~1e-6,
 # and 1e-5 leaves 10x. TFLite has its own kernels (XNNPACK or builtin, other summation orders, its own exp/tanh
@@ -58,7 +63,7 @@ def digits():
 def trained(digits):
     x_train, y_train, x_test, y_test = digits
     keras.utils.set_random_seed(0)
-    model = ViT(**TINY, classes=10, name="tiny")
+    model = ViT(**ARCH, classes=10, name="tiny")
     model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     model.fit(x_train, y_train, batch_size=32, epochs=12, verbose=0)
     accuracy = model.evaluate(x_test, y_test, verbose=0)[1]
@@ -398,7 +403,7 @@ def test_grpc_predict_request_runs_against_serve_bytes(loaded, trained, digits):
 
 
 def test_model_without_preprocessing_and_logits_is_rescaled_in_signature(trained, digits, tmp_path):
-    model = ViT(**TINY, classes=10, include_preprocessing=False, classifier_activation=None)
+    model = ViT(**ARCH, classes=10, include_preprocessing=False, classifier_activation=None)
     model.set_weights(trained.get_weights())
     path = export.saved_model(model, tmp_path / "logits", version=7)
     signature = tf.saved_model.load(path).signatures["serving_default"]
@@ -415,7 +420,7 @@ def test_model_without_preprocessing_and_logits_is_rescaled_in_signature(trained
 
 def test_feature_extractor_exports_pooled_features(digits, tmp_path):
     keras.utils.set_random_seed(1)
-    model = ViT(**TINY, include_top=False)  # the (batch, tokens, D) sequence
+    model = ViT(**ARCH, include_top=False)  # the (batch, tokens, D) sequence
     path = export.saved_model(model, tmp_path / "features")
     loaded = tf.saved_model.load(path)
     images = digits[2][:4]
@@ -426,14 +431,14 @@ def test_feature_extractor_exports_pooled_features(digits, tmp_path):
     np.testing.assert_allclose(outputs["tokens"].numpy(), tokens, atol=SAVED_MODEL_TOL, rtol=0)
     np.testing.assert_allclose(outputs["features"].numpy(), tokens[:, 0], atol=SAVED_MODEL_TOL, rtol=0)
 
-    pooled = ViT(**TINY, include_top=False, pooling="avg")
+    pooled = ViT(**ARCH, include_top=False, pooling="avg")
     summary = export.signature_summary(export.saved_model(pooled, tmp_path / "pooled"))
     assert summary["serving_default"]["outputs"] == {"features": ("float32", (None, 48))}
 
 
 def test_softmax_dense_on_a_feature_extractor_is_served_as_probabilities(digits, tmp_path):
     keras.utils.set_random_seed(3)
-    backbone = ViT(**{**TINY, "num_layers": 1}, include_top=False, pooling="token")
+    backbone = ViT(**{**ARCH, "num_layers": 1}, include_top=False, pooling="token")
     inputs = keras.Input((IMAGE_SIZE, IMAGE_SIZE, 3))
     features = backbone(inputs)
     softmax = keras.Model(inputs, keras.layers.Dense(4, activation="softmax")(features))
@@ -472,7 +477,7 @@ def test_mixed_bfloat16_model_converts_as_float32(digits, tmp_path):
     keras.config.set_dtype_policy("mixed_bfloat16")
     try:
         keras.utils.set_random_seed(2)
-        model = ViT(**{**TINY, "num_layers": 1}, classes=10)
+        model = ViT(**{**ARCH, "num_layers": 1}, classes=10)
     finally:
         keras.config.set_dtype_policy(previous)
     head = model.get_layer("head")
@@ -591,7 +596,7 @@ def test_flex_ops_are_detected_and_refused(tmp_path):
         def call(self, x):
             return keras.ops.cumprod(x, axis=-1)
 
-    backbone = ViT(**TINY, include_top=False, pooling="avg")
+    backbone = ViT(**ARCH, include_top=False, pooling="avg")
     model = keras.Model(backbone.inputs, CumulativeProduct()(backbone.outputs[0]))
     with pytest.raises(RuntimeError, match="builtin ops only.*TF Select ops: Cumprod"):
         export.tflite(model, tmp_path / "flex.tflite")

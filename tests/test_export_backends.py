@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.tiny import TINY
 from vit_keras import export
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,8 +68,7 @@ def test_torch_backend_saved_model_and_tflite_name_the_fix(tmp_path, monkeypatch
     """Keras exports a PyTorch model's SavedModel only through torch_xla; the error says to export from TensorFlow."""
     import vit_keras
 
-    model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=96,
-                          classes=4)
+    model = vit_keras.ViT(image_size=32, classes=4, **{**TINY, "num_layers": 1})
     monkeypatch.setattr(keras.backend, "backend", lambda: "torch")
     for write in (lambda: export.saved_model(model, tmp_path / "serving"),
                   lambda: export.tflite(model, tmp_path / "vit.tflite")):

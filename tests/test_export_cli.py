@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import pytest
 
+from tests.tiny import TINY
 from vit_keras import ViT, export
 from vit_keras.cli import SUBCOMMANDS, main
 
@@ -15,7 +16,7 @@ from vit_keras.cli import SUBCOMMANDS, main
 @pytest.fixture(scope="module")
 def keras_file(tmp_path_factory):
     keras.utils.set_random_seed(0)
-    model = ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=96, classes=4)
+    model = ViT(image_size=32, classes=4, **{**TINY, "num_layers": 1})
     # The head is zero-initialised; random weights give the classes distinct scores to agree on.
     head = model.get_layer("head")
     head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape).astype("float32"))
@@ -40,6 +41,7 @@ def test_export_is_a_registered_subcommand():
     assert "export" in SUBCOMMANDS
 
 
+@pytest.mark.slow
 def test_cli_writes_a_saved_model_and_reports_agreement(keras_file, image_dir, tmp_path, capsys):
     names = tmp_path / "classes.txt"
     names.write_text("cat\ndog\nbird\nfish\n")
@@ -62,6 +64,7 @@ def test_cli_writes_a_saved_model_and_reports_agreement(keras_file, image_dir, t
     assert main([*argv, "--overwrite"]) == 0
 
 
+@pytest.mark.slow
 def test_cli_writes_tflite_and_reports_agreement(keras_file, image_dir, tmp_path, capsys):
     path = tmp_path / "vit_int8.tflite"
     argv = ["export", str(path), "--format", "tflite", "--quantization", "int8", "--keras-model", keras_file,

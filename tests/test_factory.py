@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 
 import vit_keras
+from tests.tiny import TINY
 from vit_keras.cli import main as cli_main
 from vit_keras.configs import VARIANTS, ViTConfig, config_fields, translate_aliases
 from vit_keras.model_config import config_of
 from vit_keras.models import resolve_config
 from vit_keras.weights.registry import variant_of
-
-TINY = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
 
 ARCHITECTURES = [
     dict(image_size=(32, 32), **TINY),
@@ -83,6 +82,7 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 SHAPE = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case, interpolation", [("vitjax_token_raw", "linear"), ("hf_dir", "bicubic")])
 def test_vit_from_pretrained_and_convert_build_the_same_model(case, interpolation, tmp_path):
     """The same checkpoint with the same overrides (a new image size, the source's own interpolation) gives the

@@ -51,6 +51,7 @@ def test_every_fixture_case_is_here():
     assert len(CASES) == 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_family_fixture_through_from_pretrained_and_keras_round_trip(case, tmp_path):
     with open(os.path.join(FAMILY, case, "meta.json")) as f:

@@ -178,6 +178,7 @@ def test_this_machine_is_detected_once_and_described():
                                        "gpu_compute_capabilities"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_inference_follows_the_rule_and_pads_the_last_batch(tiny_kwargs, monkeypatch, jit_compile):
     import tensorflow as tf

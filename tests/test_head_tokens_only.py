@@ -104,6 +104,7 @@ def test_training_gradients_are_those_of_the_full_model(tiny_kwargs):
         assert np.abs(want - have).max() <= TOLERANCE * max(1.0, np.abs(want).max()), variable.path
 
 
+@pytest.mark.slow
 def test_keras_file_round_trip_and_attention_maps(tiny_kwargs, tmp_path):
     full, pruned = _pair(tiny_kwargs, image_size=32)
     x = _images((2, 32, 32, 3), seed=5)
@@ -117,6 +118,7 @@ def test_keras_file_round_trip_and_attention_maps(tiny_kwargs, tmp_path):
     np.testing.assert_allclose(vit_keras.inspection.attention_weights(pruned, x), want, atol=TOLERANCE)
 
 
+@pytest.mark.slow
 def test_tflite_export_computes_the_same_logits(tiny_kwargs, tmp_path):
     full, pruned = _pair(tiny_kwargs, image_size=32)
     x = np.random.default_rng(6).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)

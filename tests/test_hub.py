@@ -316,6 +316,7 @@ def test_verify_names_the_blob_by_its_first_link(tmp_path):
     assert not os.path.lexists(pointer) and not os.path.lexists(tmp_path / "blobs" / digest)
 
 
+@pytest.mark.slow
 def test_stalled_server_gets_a_timeout_naming_the_url(hub_env, stalled, monkeypatch):
     _point_at(monkeypatch, stalled.endpoint)
     monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 1)
@@ -326,6 +327,7 @@ def test_stalled_server_gets_a_timeout_naming_the_url(hub_env, stalled, monkeypa
         hub.materialize("hf-hub:timm/deit_tiny_test")
 
 
+@pytest.mark.slow
 def test_trickling_download_ends_at_the_deadline_and_leaves_nothing(hub_env, monkeypatch):
     monkeypatch.setenv(download.DEADLINE_ENV, "2")
     with pytest.raises(download.DeadlineExceeded, match=r"Downloading http://127\.0\.0\.1:\d+/org/trickle/resolve/"
@@ -368,6 +370,7 @@ except ValueError as error:
 """
 
 
+@pytest.mark.slow
 def test_environment_variables_are_honoured(local_hub, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "TRANSFORMERS_OFFLINE"))}
     env.update(HF_ENDPOINT=local_hub.endpoint, HF_HOME=str(tmp_path / "hf_home"), TF_CPP_MIN_LOG_LEVEL="2")
@@ -378,6 +381,7 @@ def test_environment_variables_are_honoured(local_hub, tmp_path):
     assert "REFUSED" in result.stdout and "HF_HUB_OFFLINE is set" in result.stdout, result.stdout
 
 
+@pytest.mark.slow
 def test_convert_takes_a_hub_id_and_a_revision(hub_env, tmp_path, capsys):
     from vit_keras.cli import main as cli_main
 

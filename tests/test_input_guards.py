@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import vit_keras
-from tests.conftest import TINY
+from tests.tiny import TINY
 from vit_keras.layers import Patches
 from vit_keras.model_class import VisionTransformer
 
@@ -61,6 +61,7 @@ def any_size():
 # --- empty images ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", EMPTY_SHAPES)
 def test_an_empty_image_is_refused_naming_its_size_and_the_smallest(any_size, shape):
     good = _images((2, 16, 24, 3))
@@ -72,6 +73,7 @@ def test_an_empty_image_is_refused_naming_its_size_and_the_smallest(any_size, sh
     np.testing.assert_array_equal(any_size.predict(good, verbose=0), before)
 
 
+@pytest.mark.slow
 def test_a_hybrid_of_any_size_refuses_an_empty_image_naming_its_stride():
     model = vit_keras.ViT(image_size=None, classes=3, **{**TINY, "patch_size": 1},
                           resnet={"num_layers": [1], "width_factor": 1})
@@ -111,6 +113,7 @@ REFUSALS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, shape, message", REFUSALS)
 def test_predict_after_a_refused_input_gives_the_answer_of_a_fresh_model(kind, shape, message):
     kwargs = dict(image_size=32 if kind == "fixed" else None, classes=5, **TINY)
@@ -140,6 +143,7 @@ class _Batches(keras.utils.PyDataset):
         return np.zeros(self.shapes[index], np.float32)
 
 
+@pytest.mark.slow
 def test_a_batch_refused_after_good_ones_leaves_the_weights(any_size):
     # On JAX the first batch runs (and consumes the weights' buffers) before the second is refused.
     good = _images((2, 16, 24, 3))
@@ -149,6 +153,7 @@ def test_a_batch_refused_after_good_ones_leaves_the_weights(any_size):
     np.testing.assert_array_equal(any_size.predict(good, verbose=0), before)
 
 
+@pytest.mark.slow
 def test_evaluate_and_fit_refusing_an_input_leave_the_weights():
     model = vit_keras.ViT(image_size=None, classes=5, classifier_activation=None, **TINY)
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(True))
@@ -166,6 +171,7 @@ def test_evaluate_and_fit_refusing_an_input_leave_the_weights():
     assert model.evaluate(good, labels, verbose=0) < loss  # a real step of SGD on the refused-then-good model
 
 
+@pytest.mark.slow
 def test_models_are_vision_transformers_and_keras_files_keep_the_class(any_size, tmp_path):
     assert type(any_size) is VisionTransformer
     path = tmp_path / "any.keras"
@@ -202,6 +208,7 @@ def test_a_plain_keras_model_loses_its_weights_on_jax():
 # --- TensorFlow graphs and the SavedModel --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.tf_only
 def test_a_graph_of_unknown_size_refuses_an_empty_image_at_run_time(any_size):
     import tensorflow as tf
@@ -219,6 +226,7 @@ def test_a_graph_of_unknown_size_refuses_an_empty_image_at_run_time(any_size):
         compiled(tf.zeros((1, 0, 16, 3)))
 
 
+@pytest.mark.slow
 @pytest.mark.tf_only
 def test_the_saved_model_refuses_an_empty_image_naming_its_size(any_size, tmp_path):
     import tensorflow as tf

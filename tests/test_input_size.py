@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import TINY
+from tests.tiny import TINY
 from vit_keras import ViT, export
 from vit_keras.layers import Patches
 
@@ -24,6 +24,7 @@ def model():
     return ViT(image_size=32, classes=5, **TINY)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", WRONG_SIZES)
 def test_predict_after_a_first_call_refuses_another_size(model, shape):
     assert model.predict(np.zeros((2, 32, 32, 3), np.float32), verbose=0).shape == (2, 5)
@@ -66,6 +67,7 @@ def serving_signature(model, tmp_path_factory):
     return tf.saved_model.load(path).signatures[export.SERVING_DEFAULT]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", WRONG_SIZES)
 def test_saved_model_signature_fails_the_request_for_another_size(serving_signature, shape):
     # A loaded signature (and TF Serving) feeds any shape into the graph; the request must fail, saying the size.
@@ -79,6 +81,7 @@ def tflite_file(model, tmp_path_factory):
     return export.tflite(model, tmp_path_factory.mktemp("tflite") / "vit.tflite")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", WRONG_SIZES)
 def test_tflite_helpers_refuse_another_size(tflite_file, shape):
     expected = r"vit.tflite takes images of shape \(batch, 32, 32, 3\), got " + re.escape(str(shape))
@@ -89,6 +92,7 @@ def test_tflite_helpers_refuse_another_size(tflite_file, shape):
     assert export.tflite_predict(tflite_file, np.zeros((3, 32, 32, 3)))["probabilities"].shape == (3, 5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", WRONG_SIZES)
 def test_tflite_file_itself_never_answers_with_another_number_of_rows(tflite_file, shape):
     from ai_edge_litert.interpreter import Interpreter

@@ -30,6 +30,7 @@ def test_inspect_is_a_registered_subcommand():
     assert args.images == ["a.png", "b.png"] and args.layer == 0 and args.out == "figs"
 
 
+@pytest.mark.slow
 def test_inspect_writes_the_figures(saved, capsys):
     folder, model_path, image_path = saved
     out = folder / "figures"

@@ -120,6 +120,7 @@ def test_384_model_gives_maps_of_the_image_size():
     assert inspection.position_embedding_similarity(model).shape == (12, 12, 12, 12)
 
 
+@pytest.mark.slow
 def test_position_similarity_of_orthogonal_learned_embeddings_is_identity():
     keras.utils.set_random_seed(4)
     model = ViT(image_size=16, patch_size=4, classes=2, **SMALL)  # 16 patches, D = 48
@@ -232,6 +233,7 @@ def test_bad_batch_size_is_rejected(token_model):
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("image_size, patch_size", [(8, 2), (16, 4)])
 def test_write_figures_on_digit_sized_models(tmp_path, image_size, patch_size):
     keras.utils.set_random_seed(7)

@@ -11,6 +11,9 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
+# Slow: each test runs the whole notebook (20 to 45 s on 2 cores).
+pytestmark = pytest.mark.slow
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "inspection.ipynb"
 # The demo fine-tunes at 12x12; the notebook must not assume the 8x8 of the raw scans.

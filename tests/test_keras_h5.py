@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import vit_keras
-from tests.conftest import TINY
+from tests.tiny import TINY
 from vit_keras.weights import keras_h5
 
 
@@ -27,6 +27,7 @@ def _assert_untouched(model, before):
         np.testing.assert_array_equal(variable.numpy(), value, err_msg=variable.path)
 
 
+@pytest.mark.slow
 def test_round_trip_loads_every_array(tmp_path):
     source = _model()
     path = str(tmp_path / "m.weights.h5")
@@ -81,6 +82,7 @@ def test_constructor_refuses_a_file_that_does_not_fit(tmp_path):
         vit_keras.ViT(image_size=16, classes=5, weights=path, **TINY)
 
 
+@pytest.mark.slow
 def test_file_of_a_compiled_model_loads_into_a_plain_one(tmp_path):
     trained = _model()
     trained.compile("adam", "sparse_categorical_crossentropy")

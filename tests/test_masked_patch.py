@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import vit_keras
+from tests.tiny import TINY
 from vit_keras import training
 from vit_keras.layers.masked_patch import (
     CLEAN,
@@ -32,8 +33,8 @@ SIGMAS = 5
 
 
 def _encoder(image_size=8, patch_size=2, **kwargs):
-    return vit_keras.ViT(image_size=image_size, patch_size=patch_size, hidden_size=48, num_layers=2, num_heads=3,
-                         mlp_dim=96, include_top=False, **kwargs)
+    # TINY with smaller patches: the masked-patch tests work on 8-pixel images.
+    return vit_keras.ViT(image_size=image_size, include_top=False, **{**TINY, "patch_size": patch_size, **kwargs})
 
 
 def _roles(num_patches, samples=SAMPLES, seed=0, **rates):
@@ -82,6 +83,7 @@ def test_corruption_replaces_masks_and_keeps_as_its_roles_say():
     assert np.all(np.isin(corrupted[replaced][:, 0], patches[..., 0]))
 
 
+@pytest.mark.slow
 def test_corruption_is_seeded_and_compiles_with_xla():
     patches = keras.ops.ones((8, 16, 12))
     layer = PatchCorruption(seed=7)
@@ -116,8 +118,8 @@ def test_bad_rates_and_targets_are_refused():
     with pytest.raises(ValueError, match="target_grid to divide"):
         MaskedPatchModel(_encoder(), target="downsized_colour", target_grid=4)  # patches of 2 pixels
     with pytest.raises(ValueError, match="plain ViT"):
-        MaskedPatchModel(vit_keras.ViT(image_size=32, patch_size=1, hidden_size=48, num_layers=1, num_heads=3,
-                                       mlp_dim=96, resnet={"num_layers": [1], "width_factor": 1}, include_top=False))
+        MaskedPatchModel(vit_keras.ViT(image_size=32, resnet={"num_layers": [1], "width_factor": 1}, include_top=False,
+                                       **{**TINY, "num_layers": 1, "patch_size": 1}))
 
 
 def _image():
@@ -210,6 +212,7 @@ def test_mask_embedding_touches_only_masked_patch_tokens():
     np.testing.assert_allclose(out[0, 1], keras.ops.convert_to_numpy(layer.mask_embedding))
 
 
+@pytest.mark.slow
 def test_model_saves_and_reloads_in_safe_mode_with_its_corruption_stream(tmp_path):
     model = MaskedPatchModel(_encoder(), seed=5)
     images = np.random.default_rng(0).uniform(0, 255, (4, 8, 8, 3)).astype(np.float32)
@@ -282,11 +285,12 @@ def test_short_run_learns_and_a_resume_continues_it_exactly(tmp_path, monkeypatc
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, err_msg=a.path)
 
 
+@pytest.mark.slow
 def test_pretrained_encoder_fine_tunes_at_another_size_and_feeds_the_few_shot_probe(tmp_path):
     keras.utils.set_random_seed(0)
     model = MaskedPatchModel(_encoder(image_size=8, patch_size=2), seed=0)
     model(np.zeros((1, 8, 8, 3), np.float32))
-    kwargs = dict(patch_size=2, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
+    kwargs = dict(TINY, patch_size=2)
     classifier = vit_keras.ViT(image_size=12, classes=10, **kwargs)
     report = training.transfer_weights(model.encoder, classifier)
     assert report == {"resampled": True, "head": "zero-init"}
@@ -312,6 +316,7 @@ def test_recipe_is_the_papers_scaled_by_arguments():
     assert training.masked_patch(total_steps=500, warmup_steps=50).warmup_steps == 50
 
 
+@pytest.mark.slow
 def test_cli_pretrain_writes_an_encoder_that_fine_tunes(tmp_path, capsys):
     from vit_keras.cli import SUBCOMMANDS, main
 

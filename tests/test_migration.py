@@ -25,9 +25,9 @@ import pytest
 import tensorflow as tf
 
 import vit_keras
-from tests.conftest import TINY
 from tests.image_bombs import bomb_png
 from tests.reference_numpy import interpolate_posembed, params_from_model, randomize_weights, vit_forward
+from tests.tiny import TINY
 from vit_keras import inspection, migration, utils, visualize, vit
 from vit_keras.weights import registry
 
@@ -136,6 +136,7 @@ def test_modules_import_the_0_2_0_ways():
         vit_keras.__getattr__("nothing")
 
 
+@pytest.mark.slow
 def test_every_0_2_0_function_warns_once_naming_its_replacement(registered, tmp_path):
     model = quiet(vit.build_model, image_size=32, classes=10, **TINY_BUILD)
     np.savez(tmp_path / "c.npz", **checkpoint_params(classes=10))
@@ -214,6 +215,7 @@ def quiet_future(function, *args, **kwargs):
         return function(*args, **kwargs)
 
 
+@pytest.mark.slow
 def test_vit_b16_fine_tuning_head_starts_fresh(registered, images):
     model = quiet(vit.vit_b16, image_size=32, classes=7, pretrained=True, include_top=True, pretrained_top=False)
     assert model.output_shape == (None, 7)

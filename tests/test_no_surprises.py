@@ -11,7 +11,7 @@ import tensorflow as tf
 from safetensors.numpy import save_file
 
 import vit_keras
-from tests.conftest import TINY
+from tests.tiny import TINY
 from vit_keras import export
 from vit_keras.cli import main
 from vit_keras.weights import safetensors_io
@@ -58,6 +58,7 @@ def test_predict_without_weights_is_refused(image_file, capsys):
     assert "no --weights given" in captured.err and "--random-weights" in captured.err and captured.out == ""
 
 
+@pytest.mark.slow
 def test_predict_with_random_weights_runs_and_warns(image_file, capsys):
     assert main(["predict", image_file, "--model", "Ti/16", "--image-size", "32", "--random-weights",
                  "--top", "2"]) == 0
@@ -108,6 +109,7 @@ def tiny_model():
     return vit_keras.ViT(image_size=32, classes=5, **TINY)
 
 
+@pytest.mark.slow
 def test_tflite_refuses_an_existing_file_unless_overwrite(tiny_model, tmp_path):
     path = tmp_path / "vit.tflite"
     path.write_bytes(b"precious")
@@ -118,6 +120,7 @@ def test_tflite_refuses_an_existing_file_unless_overwrite(tiny_model, tmp_path):
     assert path.read_bytes()[4:8] == b"TFL3" and _leftovers(tmp_path, {"vit.tflite"}) == []
 
 
+@pytest.mark.slow
 def test_tflite_that_fails_leaves_no_file(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setattr(export.lite, "non_builtin_operators", lambda flatbuffer: ["FlexSomething"])
     with pytest.raises(RuntimeError, match="non-builtin ops"):

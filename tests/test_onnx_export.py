@@ -19,10 +19,13 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import vit_keras  # noqa: E402
+from tests.tiny import TINY  # noqa: E402
 from vit_keras import export  # noqa: E402
 from vit_keras.cli import main as cli_main  # noqa: E402
 
-TINY = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
+# Slow: every test writes an ONNX file through tf2onnx (about 5 s each on 2 cores).
+pytestmark = pytest.mark.slow
+
 FAMILY = os.path.join(os.path.dirname(__file__), "fixtures", "family")
 # Probabilities in [0, 1] from ONNX Runtime's float32 kernels against TensorFlow's: other summation orders and
 # exp/erf approximations over a 2-layer chain, the same budget as TFLite float32 (tests/test_export.py). Worst
@@ -106,8 +109,8 @@ def test_hybrid_feature_extractor_through_a_tensorflow_process(onnx_dir, monkeyp
     KERAS_BACKEND=tensorflow process)."""
     keras.utils.set_random_seed(0)
     model = _randomised(vit_keras.ViT(
-        image_size=32, patch_size=2, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=96,
-        resnet={"num_layers": [1], "width_factor": 1}, include_top=False, include_preprocessing=False,
+        image_size=32, resnet={"num_layers": [1], "width_factor": 1}, include_top=False, include_preprocessing=False,
+        **{**TINY, "num_layers": 1, "patch_size": 2},
     ))
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")  # takes the .keras + subprocess route
     path = export.to_onnx(model, onnx_dir / "hybrid.onnx")

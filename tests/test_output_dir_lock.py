@@ -42,6 +42,7 @@ def _dead_pid():
     return process.pid  # reaped: no process has it now (pid reuse within this test is negligible)
 
 
+@pytest.mark.slow
 def test_second_run_is_refused_naming_the_holder(holder):
     run, process = holder
     with pytest.raises(OutputDirLockedError) as error:
@@ -57,6 +58,7 @@ def test_second_run_is_refused_naming_the_holder(holder):
         assert json.loads((run / LOCK_NAME).read_text())["pid"] == os.getpid()
 
 
+@pytest.mark.slow
 def test_cli_train_refuses_a_held_output_dir(holder, capsys):
     from vit_keras.cli import main
 

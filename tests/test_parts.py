@@ -238,6 +238,7 @@ def test_the_parts_declare_canonical_names():
     assert "Transformer/encoderblock_0/LayerNorm_0/bias" not in _block_names(**BLOCKS[1])  # RMSNorm: scale only
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kwargs", BLOCKS)
 def test_a_model_of_rope_blocks_saves_and_reloads(tmp_path, kwargs):
     """The parts serialise in `.keras` with safe_mode (no Lambda), RoPE tables passed from a shared layer."""
@@ -274,6 +275,7 @@ def test_bad_part_names_are_refused_by_name():
         block(keras.ops.zeros((1, 5, D)))
 
 
+@pytest.mark.slow
 def test_a_model_of_any_size_computes_its_tables_in_the_graph():
     """Patch grid unknown until run time: the tables come from the runtime grid; the last block computes its first 3
     tokens only (class token + 2 rotated patch tokens) and equals the full computation's first rows."""

@@ -31,6 +31,7 @@ def test_mixed_precision_keeps_head_and_softmax_in_float32(tiny_kwargs, policy, 
     np.testing.assert_allclose(np.asarray(probs), np.asarray(reference(x)), atol=3e-2)
 
 
+@pytest.mark.slow
 @pytest.mark.numerics
 def test_jit_compiled_inference_matches_eager(tiny_kwargs, record_property):
     model = vit_keras.ViT(image_size=32, classes=5, classifier_activation=None, **tiny_kwargs)
@@ -46,6 +47,7 @@ def test_jit_compiled_inference_matches_eager(tiny_kwargs, record_property):
     np.testing.assert_allclose(model.predict_on_batch(x), np.asarray(model(x)), atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_jit_compiled_fit_reduces_the_loss(tiny_kwargs, policy):
     keras.utils.set_random_seed(0)

@@ -68,6 +68,7 @@ def test_symbolic_inside_a_functional_model(images, include_preprocessing, tmp_p
     np.testing.assert_allclose(reloaded.predict(images.astype(np.float32), verbose=0), expected, rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_in_graph_preprocessing_equals_the_built_in_rescaling(images, tiny_kwargs):
     inside = vit_keras.ViT(image_size=16, classes=5, **tiny_kwargs)
     bare = vit_keras.ViT(image_size=16, classes=5, include_preprocessing=False, **tiny_kwargs)

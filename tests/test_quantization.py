@@ -55,6 +55,7 @@ def _quantize_in_three_modes(model):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_quantized_model_reloads_from_keras_file_and_from_config_identically(tmp_path, kind):
     model = _quantize_in_three_modes(build(kind))
@@ -80,6 +81,7 @@ def test_quantized_model_reloads_from_keras_file_and_from_config_identically(tmp
     np.testing.assert_array_equal(_predict(rebuilt, x), expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_model_quantize_saves_reloads_and_saves_again_identically(tmp_path, mode):
     model = build("vit")
@@ -118,6 +120,7 @@ def test_int8_kernels_are_int8_and_follow_the_float_model(record_property):
     np.testing.assert_allclose(_predict(model, x), float_out, atol=0.08)
 
 
+@pytest.mark.slow
 @pytest.mark.numerics
 @pytest.mark.parametrize("mode, tolerance", [("int8", 0.05), ("float8", 0.25), ("int4", 0.45)])
 def test_quantize_after_loading_a_checkpoint_stays_near_the_reference_logits(tmp_path, mode, tolerance,
@@ -152,6 +155,7 @@ def test_a_float_checkpoint_is_refused_by_a_quantized_model_and_nothing_changes(
         np.testing.assert_array_equal(old, np.array(new))
 
 
+@pytest.mark.slow
 def test_constructors_take_a_dtype_policy_map_and_revive_a_quantized_model(tmp_path):
     mode = "int4"  # the mode with the most extra variables (packed kernel, scale, zero point, group index)
     model = _quantized("deit_distilled", mode)
@@ -179,6 +183,7 @@ def test_named_constructors_pass_dtype_to_every_layer_and_keep_the_head_float32(
     assert model.output.dtype == "float32"
 
 
+@pytest.mark.slow
 def test_mixed_precision_quantized_model_round_trips(tmp_path):
     model = build("siglip_map_head", dtype="mixed_bfloat16")
     model.quantize("int8")

@@ -91,6 +91,7 @@ def _auto_model(directory, cls=transformers.AutoModel):
     return model.eval()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", HF_CASES)
 def test_transformers_fixture_round_trips_through_timm_and_transformers(case, tmp_path):
     meta, x, expected = _hf_expected(case)
@@ -127,6 +128,7 @@ def test_vit_classifier_round_trips_through_transformers(tmp_path):
         vit_keras.save_pretrained(model, str(tmp_path / "timm"), format="timm", normalization=((0.5,) * 3,) * 2)
 
 
+@pytest.mark.slow
 def test_keras_fine_tune_gives_the_same_outputs_in_timm(tiny_kwargs, tmp_path):
     """Two `fit` steps move every weight; timm then computes what Keras computes. Bound: float32 round-off of two
     implementations of the same graph, the fixtures' 5e-5 relative (their README), far above the ~1e-6 seen."""

@@ -11,14 +11,14 @@ import scipy.ndimage
 import tensorflow as tf
 
 import vit_keras
+from tests.tiny import TINY_TRAINING
 from vit_keras import hardware, training
 from vit_keras.training import strategy as strategy_module
 
-TINY = {"patch_size": 4, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "mlp_dim": 64}
-
 
 def tiny_vit(image_size=16, classes=10, **kwargs):
-    return vit_keras.ViT(image_size=image_size, classes=classes, classifier_activation=None, **{**TINY, **kwargs})
+    return vit_keras.ViT(image_size=image_size, classes=classes, classifier_activation=None,
+                         **{**TINY_TRAINING, **kwargs})
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +57,7 @@ def _one_hot(labels, classes=10):
     return np.eye(classes, dtype=np.float32)[labels]
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_of_k_micro_batches_equals_one_big_batch():
     """k=4 micro-batches of 4 examples == one batch of 16, with momentum and an active global-norm clip."""
     rng = np.random.default_rng(0)
@@ -262,6 +263,7 @@ def _config(**overrides):
                                 "log_images": 2, **overrides})
 
 
+@pytest.mark.slow
 def test_bad_input_fails_before_training(tmp_path, tfds_dir):
     built = []
 
@@ -318,6 +320,7 @@ def _event_tags(log_dir):
     return tags
 
 
+@pytest.mark.slow
 def test_mock_cifar10_trains_end_to_end(tmp_path, monkeypatch):
     import tensorflow_datasets as tfds
 

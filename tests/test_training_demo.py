@@ -11,6 +11,7 @@ from vit_keras import demo
 EPOCHS = 10  # ~97% held-out with 4x4 patches; fewer leaves near-ties that int8 flips
 
 
+@pytest.mark.slow
 def test_demo_runs_both_stages_and_every_demo_step(tmp_path, monkeypatch, capsys):
     seen = []
     # Export and inspection have their own tests; here the demo's own steps and the step protocol are checked.

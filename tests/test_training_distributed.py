@@ -11,6 +11,9 @@ import sys
 import numpy as np
 import pytest
 
+# Slow: each test trains in fresh processes (25 to 60 s on 2 cores).
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "training_worker.py")
 # float32 all-reduce sums the replica gradients in another order than one device does: 6 SGD steps with

@@ -9,16 +9,15 @@ import pytest
 import tensorflow as tf
 
 import vit_keras
+from tests.tiny import TINY_TRAINING
 from vit_keras import training
 from vit_keras.cli import main
 from vit_keras.training.callbacks import NonFiniteLossError
 from vit_keras.training.loop import holdout_splits
 
-TINY = {"patch_size": 4, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "mlp_dim": 64}
-
 
 def tiny_vit(image_size=16, classes=10):
-    return vit_keras.ViT(image_size=image_size, classes=classes, classifier_activation=None, **TINY)
+    return vit_keras.ViT(image_size=image_size, classes=classes, classifier_activation=None, **TINY_TRAINING)
 
 
 def _config(**overrides):
@@ -64,6 +63,7 @@ def test_holdout_split_strings():
         holdout_splits("train[:50%]")
 
 
+@pytest.mark.slow
 def test_validation_defaults_to_a_slice_of_the_training_split_never_the_test_split(tmp_path, tfds_dir, monkeypatch):
     from vit_keras import data
 
@@ -97,6 +97,7 @@ def _digest(path):
         return hashlib.sha256(handle.read()).hexdigest()
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_with_a_clear_error_and_keeps_the_good_checkpoints(tmp_path):
     rng = np.random.default_rng(0)
     images = rng.uniform(0, 255, (32, 16, 16, 3)).astype(np.float32)
@@ -143,6 +144,7 @@ def test_cli_refuses_bad_recipe_values_before_training(flags, message, tmp_path,
     assert not os.path.exists(tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_cli_uses_a_given_classes_flag(tmp_path, tfds_dir, capsys):
     # --classes used to be replaced by the dataset's 10 silently; now the head is built with it (and checked).
     command = ["train", "--model", "Ti/16", "--patch-size", "4", "--num-layers", "1", "--image-size", "16",

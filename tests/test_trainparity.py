@@ -69,12 +69,14 @@ def assert_matches_vit_jax(accumulation, initial, snapshots, losses=None):
         np.testing.assert_allclose(losses, ref_losses, rtol=0, atol=LOSS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accumulation, jit_compile", [(1, True), (2, False)])
 def test_finetune_updates_equal_vit_jax(accumulation, jit_compile):
     initial, snapshots, losses = worker.run_compiled(accumulation, jit_compile=jit_compile)
     assert_matches_vit_jax(accumulation, initial, snapshots, losses)
 
 
+@pytest.mark.slow
 def test_float32_trace_is_measurably_not_vit_jax():
     """The trace's dtype is part of the recipe: a float32 trace lands ~1.2e-3 (relative) from vit_jax's
     parameters, 4x the tolerance, while the bfloat16 trace passes."""
@@ -106,6 +108,7 @@ def test_mirrored_two_cpus_equal_vit_jax(tmp_path):
         assert_matches_vit_jax(accumulation, initial, snapshots, losses or None)
 
 
+@pytest.mark.slow
 def test_trace_is_bfloat16_state_restored_bit_exact(tmp_path):
     """The trace is optimizer state: saved in a .keras file in bfloat16 and restored bit for bit, so a resumed
     run continues exactly as an uninterrupted one."""

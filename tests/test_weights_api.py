@@ -10,6 +10,7 @@ import pytest
 
 import vit_keras
 from tests.reference_numpy import randomize_weights
+from tests.tiny import TINY
 from vit_keras.cli import main as cli_main
 from vit_keras.configs import VARIANTS
 from vit_keras.weights import registry
@@ -79,8 +80,7 @@ def test_unknown_names_list_close_matches():
 
 def test_registered_names_need_a_paper_architecture():
     with pytest.raises(ValueError, match="matches none of them; use a named constructor"):
-        vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=96,
-                      weights="imagenet")
+        vit_keras.ViT(image_size=32, weights="imagenet", **{**TINY, "num_layers": 1})
 
 
 def test_registered_name_of_another_variant_is_refused():
@@ -175,21 +175,18 @@ def test_unsupported_sources_are_explained(tmp_path, name, match):
     if name != "missing.npz":
         path.write_bytes(b"x")
     with pytest.raises(ValueError, match=match):
-        vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=96,
-                      weights=str(path))
+        vit_keras.ViT(image_size=32, weights=str(path), **{**TINY, "num_layers": 1})
 
 
 def test_map_head_checkpoint_needs_a_map_model(tmp_path):
     """A big_vision MAP-head checkpoint loaded into a class-token model lists what does not fit, loading nothing."""
-    model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=96,
-                          classifier="map", classes=4)
+    model = vit_keras.ViT(image_size=32, classifier="map", classes=4, **{**TINY, "num_layers": 1})
     randomize_weights(model, seed=3)
     path = tmp_path / "siglip.npz"
     arrays = {f"params/{k}": np.asarray(v.variable).reshape(v.shape) for k, v in model_slots(model).items()}
     arrays["params/pos_embedding"] = arrays.pop("params/Transformer/posembed_input/pos_embedding")
     np.savez(path, **arrays)
-    token_model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=96,
-                                classes=4)
+    token_model = vit_keras.ViT(image_size=32, classes=4, **{**TINY, "num_layers": 1})
     with pytest.raises(ValueError, match="MAPHead_0/probe"):
         vit_keras.load_weights(token_model, str(path))
     reloaded = vit_keras.from_pretrained(str(path))
@@ -200,6 +197,7 @@ def test_map_head_checkpoint_needs_a_map_model(tmp_path):
 # ---------------------------------------------------------------- vit-keras convert
 
 
+@pytest.mark.slow
 def test_convert_to_keras_and_weights_h5(tmp_path, capsys):
     meta, path, x, expected = _fixture("vitjax_hybrid_r2")
     keras_file = str(tmp_path / "hybrid.keras")
@@ -287,6 +285,7 @@ def test_vit_passes_source_grid_to_the_loader(tmp_path):
     assert np.abs(_run(square, x) - reference).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_named_constructors_pass_interpolation_and_source_grid(tmp_path):
     """ViTTi16(weights=..., source_grid=..., interpolation=...) resamples a stored 1x4 grid to its 2x2 (32x32)."""
     from vit_keras.weights.assign import model_slots
@@ -358,6 +357,7 @@ def test_convert_with_source_grid_keeps_the_native_rectangular_size(tmp_path):
     assert np.abs(_run(model, x) - reference).max() <= TOLERANCE
 
 
+@pytest.mark.slow
 def test_convert_with_interpolation_and_image_size(tmp_path):
     from vit_keras.weights.resample import resample_position_embeddings
 

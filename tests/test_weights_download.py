@@ -20,6 +20,7 @@ import vit_keras
 from vit_keras.weights import download, registry
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "vitjax_token_raw")
+# The architecture of the checkpoint in fixtures/vitjax_token_raw, fixed by that file (not tests/tiny.py's TINY).
 ARCH = dict(image_size=64, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96, classes=7,
             include_preprocessing=False, classifier_activation=None)
 # Reference: the float32 forward against the source framework's output (float64 NumPy, JAX or PyTorch) on O(1)
@@ -204,6 +205,7 @@ def test_pickle_bearing_npz_is_refused_and_removed(cache, tmp_path, server):
     assert path.exists()
 
 
+@pytest.mark.slow
 def test_named_constructor_resolves_imagenet_through_the_registry(cache, tmp_path, monkeypatch):
     """ViTTi16(weights="imagenet") -> the registry's pick for Ti/16 at the model's size -> verified download ->
     every variable loaded (the served checkpoint is another random Ti/16 written in the Google layout)."""

@@ -228,6 +228,7 @@ def test_numpy_vit_reproduces_the_hybrid_fixture():
     assert np.abs(out - expected).max() <= 2e-6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("image_size", [(96, 96), (64, 128)])
 def test_hybrid_resolution_change_matches_numpy_vit(tmp_path, image_size):
     """The R+ViT hybrid stored at 64x64 (an 8x8 grid after the /8 stem) evaluated at 96x96 (12x12) and 64x128

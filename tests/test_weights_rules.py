@@ -15,6 +15,7 @@ import pytest
 from safetensors.numpy import save_file
 
 import vit_keras
+from tests.tiny import TINY
 from vit_keras.cli import main as cli_main
 from vit_keras.layers import RotaryEmbedding2D, TransformerBlock, checkpoint_variables
 from vit_keras.weights import hf, hf_families, rules, schema, timm
@@ -143,7 +144,6 @@ def test_hf_tables_cover_the_model_types_read_config_accepts():
 
 # ---- the schema is the layers' own names ------------------------------------------------------------------------
 
-_TINY = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96, image_size=32)
 _MODELS = [
     dict(classifier="token", distilled=True, num_register_tokens=2, pre_norm=True, layer_scale=True),
     dict(classifier="map", fc_norm=True, representation_size=24),
@@ -168,11 +168,12 @@ def _part_names():
     return names
 
 
+@pytest.mark.slow
 def test_the_schema_is_the_union_of_the_layers_checkpoint_names():
     """Every name a model declares is canonical, and every canonical template is declared by some model."""
     declared = set()
     for extra in _MODELS:
-        model = vit_keras.ViT(**{**_TINY, **extra, "classes": 4})
+        model = vit_keras.ViT(**{**TINY, "image_size": 32, **extra, "classes": 4})
         names = set(model_slots(model))
         assert all(schema.is_canonical(name) for name in names), sorted(n for n in names if not schema.is_canonical(n))
         declared |= names

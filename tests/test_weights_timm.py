@@ -19,6 +19,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer, _load_weights
 
 import vit_keras
+from tests.tiny import TINY
 from tests.torch_compat import randomise_parameters
 from vit_keras.weights.assign import model_slots
 
@@ -29,13 +30,14 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 # that.
 # Scaled by max(1, max |logit|): the error is relative.
 TOLERANCE = 2e-5
-ARCH = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96, include_preprocessing=False,
-            classifier_activation=None)
+ARCH = dict(TINY, include_preprocessing=False, classifier_activation=None)
+# The same model in timm's argument names.
+TIMM_TINY = dict(patch_size=TINY["patch_size"], embed_dim=TINY["hidden_size"], depth=TINY["num_layers"],
+                 num_heads=TINY["num_heads"], mlp_ratio=TINY["mlp_dim"] / TINY["hidden_size"])
 
 
 def _timm_model(image=32, classes=5, **kwargs):
-    return VisionTransformer(img_size=image, patch_size=8, embed_dim=48, depth=2, num_heads=3, mlp_ratio=2.0,
-                             num_classes=classes, **kwargs)
+    return VisionTransformer(img_size=image, num_classes=classes, **TIMM_TINY, **kwargs)
 
 
 def _save(model, path):
@@ -95,8 +97,7 @@ def test_timm_without_qkv_bias_builds_no_bias_and_matches_timm(tmp_path, monkeyp
     os.replace(path, directory / "model.safetensors")
     (directory / "config.json").write_text(json.dumps({
         "architecture": "vit_small_patch8_224",
-        "model_args": {"img_size": 32, "patch_size": 8, "embed_dim": 48, "depth": 2, "num_heads": 3,
-                       "mlp_ratio": 2.0, "num_classes": 5, "qkv_bias": False}}))
+        "model_args": {"img_size": 32, **TIMM_TINY, "num_classes": 5, "qkv_bias": False}}))
     model = vit_keras.from_pretrained(str(directory), include_preprocessing=False, classifier_activation=None)
     assert vit_keras.weights.model_config(model).qkv_bias is False
     _check(_logits(model, x), reference)

@@ -14,9 +14,9 @@ import numpy as np
 
 def tiny_vit():
     import vit_keras
+    from tests.tiny import TINY_TRAINING
 
-    return vit_keras.ViT(image_size=16, patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
-                         classes=10, classifier_activation=None, name="tiny")
+    return vit_keras.ViT(image_size=16, classes=10, classifier_activation=None, name="tiny", **TINY_TRAINING)
 
 
 def config():
