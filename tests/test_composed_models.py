@@ -41,6 +41,7 @@ def _randomised(model, seed=1):
     return model
 
 
+@pytest.mark.slow  # builds and runs models: over 1.5 s
 @pytest.mark.parametrize("family", sorted(PARTS))
 def test_a_composed_model_saves_reloads_and_keeps_its_config(tmp_path, family):
     model = _randomised(vit_keras.ViT(image_size=32, classes=5, classifier_activation=None, **TINY, **PARTS[family]))
@@ -55,6 +56,7 @@ def test_a_composed_model_saves_reloads_and_keeps_its_config(tmp_path, family):
         assert getattr(config_of(loaded), field) == expected
 
 
+@pytest.mark.slow  # builds and runs models: over 1.5 s
 @pytest.mark.parametrize("family", ["dinov3", "eva02", "rope_mixed"])
 def test_a_model_of_any_size_equals_the_fixed_size_model_at_its_size(family):
     fixed = _randomised(vit_keras.ViT(image_size=(32, 48), classes=5, classifier_activation=None, **TINY,
@@ -67,6 +69,7 @@ def test_a_model_of_any_size_equals_the_fixed_size_model_at_its_size(family):
                                rtol=1e-6)
 
 
+@pytest.mark.slow  # builds and runs models: over 1.5 s
 def test_rope_changes_the_function_and_its_grid_order_matters():
     """A model that ignored RoPE, or swapped its axes, would not be caught by a square image."""
     plain = _randomised(vit_keras.ViT(image_size=(32, 48), classes=5, classifier_activation=None, **TINY,
@@ -82,6 +85,7 @@ def test_rope_changes_the_function_and_its_grid_order_matters():
     assert np.abs(outputs["ij"] - outputs["xy"]).max() > 1e-3
 
 
+@pytest.mark.slow  # builds and runs models: over 1.5 s
 @pytest.mark.parametrize("family", ["dinov3", "rope_mixed"])
 def test_head_tokens_only_gives_the_same_logits_with_rope(family):
     full = _randomised(vit_keras.ViT(image_size=32, classes=5, classifier_activation=None, **TINY, **PARTS[family]))
@@ -91,6 +95,7 @@ def test_head_tokens_only_gives_the_same_logits_with_rope(family):
     np.testing.assert_allclose(fast.predict(_images(), verbose=0), full.predict(_images(), verbose=0), atol=1e-5)
 
 
+@pytest.mark.slow  # builds and runs models: over 1.5 s
 @pytest.mark.parametrize("size", [32, None])
 def test_attention_maps_of_a_rope_model_with_registers(size):
     model = _randomised(vit_keras.ViT(image_size=size, classes=5, **TINY, **PARTS["dinov3"]))

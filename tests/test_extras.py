@@ -16,6 +16,10 @@ import pytest
 
 from vit_keras.extras import MissingExtraError, install_command, require
 
+# Slow tier: each test starts Python processes that import TensorFlow.
+pytestmark = pytest.mark.slow
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Optional packages (extras, other backends, test-only) that `import vit_keras` on TensorFlow must not import.
 OPTIONAL = ("jax", "torch", "matplotlib", "sklearn", "PIL", "scipy")

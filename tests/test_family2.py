@@ -23,6 +23,9 @@ from safetensors.numpy import load_file, save_file
 import vit_keras
 from tests.torch_compat import randomise_parameters
 
+# Slow tier (tests/tiny.py's rule: over 1.5 s on 2 cores): each case builds, loads and runs a model, some with torch.
+pytestmark = pytest.mark.slow
+
 FAMILY2 = os.path.join(os.path.dirname(__file__), "fixtures", "family2")
 TOLERANCE = 5e-5
 

@@ -16,7 +16,7 @@ import pytest
 import vit_keras
 from vit_keras import export
 
-pytestmark = pytest.mark.tf_only
+pytestmark = [pytest.mark.tf_only, pytest.mark.slow]  # SavedModel and TFLite files: the slow tier
 
 FAMILY2 = os.path.join(os.path.dirname(__file__), "fixtures", "family2")
 # One checkpoint per new part: rotate-half RoPE with registers (DINOv3), interleaved RoPE + SwiGLU with sub-LN

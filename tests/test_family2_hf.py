@@ -21,6 +21,9 @@ from tests.torch_compat import randomise_parameters
 from vit_keras.cli import main as cli_main
 from vit_keras.configs import ViTConfig
 
+# Slow tier (tests/tiny.py's rule: over 1.5 s on 2 cores): each case builds, loads and runs a model, some with torch.
+pytestmark = pytest.mark.slow
+
 FAMILY2 = os.path.join(os.path.dirname(__file__), "fixtures", "family2")
 # transformers' 2025-26 towers: DINOv3 (RoPE, registers, LayerScale, no key bias), AIMv2 (RMSNorm, SwiGLU, its
 # attention-pooling head), I-JEPA (no class token, the whole token sequence).
