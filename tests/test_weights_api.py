@@ -304,7 +304,7 @@ def test_named_constructors_pass_interpolation_and_source_grid(tmp_path):
 
 
 @pytest.mark.parametrize("changes,match", [
-    (dict(interpolation="cubic"), "`interpolation` must be one of \\('linear', 'bicubic'\\)"),
+    (dict(interpolation="cubic"), "`interpolation` must be one of \\('linear', 'bicubic', 'bilinear_antialias'\\)"),
     (dict(interpolation=None), "`interpolation` must be one of"),
     (dict(source_grid=(4,)), "`source_grid` must be .*\\(rows, cols\\)"),
     (dict(source_grid="4,16"), "`source_grid` must be"),
