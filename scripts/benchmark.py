@@ -473,6 +473,16 @@ def _run_attention(case, min_seconds, min_calls):
     return _time_calls(lambda: forward(x).numpy(), case["batch"], min_seconds, min_calls)
 
 
+def _own_peak_kib() -> int:
+    """This worker's peak resident memory in KiB: VmHWM (its own memory map) on Linux; ru_maxrss elsewhere, which
+    on Linux would start at the parent's high-water mark (fork + exec keeps it)."""
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def worker(case: dict, min_seconds: float, min_calls: int) -> dict:
     """Run one case in this process and return its measurements (or why it was skipped)."""
     try:
@@ -488,7 +498,7 @@ def worker(case: dict, min_seconds: float, min_calls: int) -> dict:
             result = _run_keras(case, min_seconds, min_calls)
     except Skipped as reason:
         return {**case, "skipped": str(reason)}
-    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mib"] = _own_peak_kib() / 1024
     result["device"] = result.pop("backend_device", None) or _backend_device(
         "torch" if case["library"] in ("timm", "onnxruntime") else "tensorflow")
     return {**case, **result}

@@ -21,50 +21,11 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 import vit_keras
+from tests.family2_cases import FAMILY2, check, run, run_case
 from tests.torch_compat import randomise_parameters
 
 # Slow tier (tests/tiny.py's rule: over 1.5 s on 2 cores): each case builds, loads and runs a model, some with torch.
 pytestmark = pytest.mark.slow
-
-FAMILY2 = os.path.join(os.path.dirname(__file__), "fixtures", "family2")
-TOLERANCE = 5e-5
-
-
-def check(out, reference):
-    out, reference = np.asarray(out, np.float32), np.asarray(reference, np.float32)
-    assert out.shape == reference.shape
-    scale = max(1.0, float(np.abs(reference).max()))
-    assert np.abs(out - reference).max() <= TOLERANCE * scale, np.abs(out - reference).max()
-    np.testing.assert_array_equal(out.argmax(-1), reference.argmax(-1))
-
-
-def run(model, x):
-    return np.asarray(keras.ops.convert_to_numpy(model(x, training=False)), np.float32)
-
-
-def fixture_input(case, meta):
-    """The case's input as its README says it is fed: as it is (timm), or normalised with meta["preprocess"]."""
-    x = np.load(os.path.join(FAMILY2, case, "input.npy")).astype(np.float32)
-    if meta["call"].get("include_preprocessing") is False:
-        mean, std = np.asarray(meta["preprocess"]["mean"]), np.asarray(meta["preprocess"]["std"])
-        x = ((x / 255.0 - mean) / std).astype(np.float32)
-    return x
-
-
-def run_case(case, tmp_path):
-    """A fixture case through `from_pretrained(<case>/checkpoint, **meta["call"])` alone, then a `.keras` round
-    trip loaded with safe_mode=True: both give the reference output."""
-    with open(os.path.join(FAMILY2, case, "meta.json")) as f:
-        meta = json.load(f)
-    model = vit_keras.from_pretrained(os.path.join(FAMILY2, case, meta["checkpoint"]), **meta["call"])
-    x = fixture_input(case, meta)
-    out = run(model, x)
-    check(out, np.load(os.path.join(FAMILY2, case, "expected.npy")))
-    path = str(tmp_path / "model.keras")
-    model.save(path)
-    reloaded = keras.models.load_model(path, safe_mode=True)
-    np.testing.assert_array_equal(run(reloaded, x), out)
-    assert vit_keras.weights.model_config(reloaded) == vit_keras.weights.model_config(model)
 
 
 # timm's eva.py models (EVA-02, DINOv3, Perception Encoder, RoPE-Mixed).

@@ -19,16 +19,21 @@ from vit_keras import export
 pytestmark = [pytest.mark.tf_only, pytest.mark.slow]  # SavedModel and TFLite files: the slow tier
 
 FAMILY2 = os.path.join(os.path.dirname(__file__), "fixtures", "family2")
-# One checkpoint per new part: rotate-half RoPE with registers (DINOv3), interleaved RoPE + SwiGLU with sub-LN
-# (EVA-02), learned mixed RoPE (RoPE-Mixed), RMSNorm + bias-free SwiGLU + AIMv2's pooling head.
-CASES = ["timm_dinov3", "timm_eva02", "timm_rope_mixed", "hf_aimv2"]
+# Every new family: rotate-half RoPE with registers (DINOv3), interleaved RoPE + SwiGLU with sub-LN (EVA-02),
+# learned mixed RoPE (RoPE-Mixed), xy RoPE with grid offset + MAP head (PE), RMSNorm + bias-free SwiGLU + AIMv2's
+# pooling head, no class token (I-JEPA), several class tokens + the cropped table + the input conditioner (RADIO).
+CASES = ["timm_dinov3", "timm_eva02", "timm_rope_mixed", "timm_pe_core", "hf_aimv2", "hf_ijepa", "hf_radio",
+         "timm_radio"]
+# How each case is built for export: its classifier's logits (timm) or a pooled embedding (transformers).
+CALLS = {"hf_aimv2": {"include_top": False, "pooling": "map"}, "hf_ijepa": {"include_top": False, "pooling": "avg"},
+         "hf_radio": {"include_top": False, "pooling": "token"}}
 SAVED_MODEL_TOL = 1e-5
 TFLITE_TOL = 1e-3
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_a_new_family_exports_to_saved_model_and_tflite(case, tmp_path):
-    kwargs = {"include_top": False, "pooling": "map"} if case.startswith("hf_") else {"classifier_activation": None}
+    kwargs = CALLS.get(case, {"classifier_activation": None})
     model = vit_keras.from_pretrained(os.path.join(FAMILY2, case, "checkpoint"), **kwargs)
     images = np.load(os.path.join(FAMILY2, case, "input.npy")).astype(np.float32)
     if case.startswith("hf_"):

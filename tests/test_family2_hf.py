@@ -17,6 +17,7 @@ import torch
 import transformers
 
 import vit_keras
+from tests.family2_cases import FAMILY2, check, fixture_input, run, run_case
 from tests.torch_compat import randomise_parameters
 from vit_keras.cli import main as cli_main
 from vit_keras.configs import ViTConfig
@@ -24,51 +25,9 @@ from vit_keras.configs import ViTConfig
 # Slow tier (tests/tiny.py's rule: over 1.5 s on 2 cores): each case builds, loads and runs a model, some with torch.
 pytestmark = pytest.mark.slow
 
-FAMILY2 = os.path.join(os.path.dirname(__file__), "fixtures", "family2")
 # transformers' 2025-26 towers: DINOv3 (RoPE, registers, LayerScale, no key bias), AIMv2 (RMSNorm, SwiGLU, its
 # attention-pooling head), I-JEPA (no class token, the whole token sequence).
 HF_CASES = ["hf_aimv2", "hf_dinov3", "hf_ijepa"]
-# Reference: float32 against PyTorch's float32 forward on O(1) outputs; rounding (2^-24 relative per op) over these
-# few-layer chains stays at a few 1e-6 whatever the summation order (measured <= 1.5e-6 on the fixtures);
-# 5e-5 x max(1, max |reference|) keeps >= 10x over that, while the mistakes the README measured move them >= 1e-2.
-TOLERANCE = 5e-5
-
-
-def _check(out, reference):
-    out, reference = np.asarray(out, np.float32), np.asarray(reference, np.float32)
-    assert out.shape == reference.shape
-    scale = max(1.0, float(np.abs(reference).max()))
-    assert np.abs(out - reference).max() <= TOLERANCE * scale, np.abs(out - reference).max()
-    np.testing.assert_array_equal(out.argmax(-1), reference.argmax(-1))
-
-
-def _run(model, x):
-    return np.asarray(keras.ops.convert_to_numpy(model(x, training=False)), np.float32)
-
-
-def _fixture_input(case, meta):
-    x = np.load(os.path.join(FAMILY2, case, "input.npy")).astype(np.float32)
-    if meta["call"].get("include_preprocessing") is False:
-        mean, std = np.asarray(meta["preprocess"]["mean"]), np.asarray(meta["preprocess"]["std"])
-        x = ((x / 255.0 - mean) / std).astype(np.float32)
-    return x
-
-
-def run_case(case, tmp_path):
-    """One fixture as its README says: `from_pretrained(<case>/checkpoint, **meta["call"])` alone gives
-    expected.npy within the tolerance, and the same outputs after a `.keras` save and a safe-mode load."""
-    with open(os.path.join(FAMILY2, case, "meta.json")) as f:
-        meta = json.load(f)
-    model = vit_keras.from_pretrained(os.path.join(FAMILY2, case, meta["checkpoint"]), **meta["call"])
-    x = _fixture_input(case, meta)
-    out = _run(model, x)
-    _check(out, np.load(os.path.join(FAMILY2, case, "expected.npy")))
-    path = str(tmp_path / "model.keras")
-    model.save(path)
-    reloaded = keras.models.load_model(path, safe_mode=True)
-    np.testing.assert_array_equal(_run(reloaded, x), out)
-    assert vit_keras.weights.model_config(reloaded) == vit_keras.weights.model_config(model)
-    return model
 
 
 @pytest.mark.parametrize("case", HF_CASES)
@@ -99,7 +58,7 @@ def _parity(reference, directory, sizes, pooling, output, **forward):
             expected = getattr(reference(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)), **extra), output)
         model = vit_keras.from_pretrained(directory, image_size=(height, width), include_top=False, pooling=pooling,
                                           include_preprocessing=False)
-        _check(_run(model, x), expected.numpy())
+        check(run(model, x), expected.numpy())
 
 
 DINOV3 = {
@@ -132,7 +91,7 @@ def test_ijepa_parity_at_other_and_non_square_sizes(tmp_path):
     with torch.no_grad():
         expected = classifier(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).logits.numpy()
     model = vit_keras.from_pretrained(directory, include_preprocessing=False, classifier_activation=None)
-    _check(_run(model, x), expected)
+    check(run(model, x), expected)
 
 
 def test_aimv2_parity(tmp_path):
@@ -220,12 +179,12 @@ def test_convert_writes_the_dinov3_keras_model(tmp_path):
     # --no-top pools as the architecture does (the class token): DINOv3ViTModel's pooler_output.
     direct = vit_keras.from_pretrained(source, include_top=False, pooling="token")
     with open(os.path.join(FAMILY2, "hf_dinov3", "meta.json")) as f:
-        x = _fixture_input("hf_dinov3", json.load(f))
+        x = fixture_input("hf_dinov3", json.load(f))
     # Both keep the preprocessing layer; a transformers config.json states no normalisation, so it is [-1, 1]: fed
     # (x + 1) * 127.5, the model sees the fixture's normalised input.
     x = (x + 1.0) * 127.5
-    _check(_run(converted, x), np.load(os.path.join(FAMILY2, "hf_dinov3", "expected.npy")))
-    np.testing.assert_array_equal(_run(converted, x), _run(direct, x))
+    check(run(converted, x), np.load(os.path.join(FAMILY2, "hf_dinov3", "expected.npy")))
+    np.testing.assert_array_equal(run(converted, x), run(direct, x))
     assert vit_keras.weights.model_config(converted) == vit_keras.weights.model_config(direct)
 
 
@@ -259,7 +218,7 @@ def test_the_preprocessor_config_gives_the_models_normalisation(tmp_path):
     (directory / "preprocessor_config.json").write_text(json.dumps(preprocessor))
     model = vit_keras.from_pretrained(str(directory), include_top=False, pooling="token")
     x = np.load(os.path.join(FAMILY2, "hf_dinov3", "input.npy")).astype(np.float32)
-    _check(_run(model, x), np.load(os.path.join(FAMILY2, "hf_dinov3", "expected.npy")))
+    check(run(model, x), np.load(os.path.join(FAMILY2, "hf_dinov3", "expected.npy")))
     (directory / "preprocessor_config.json").write_text(json.dumps({**preprocessor, "rescale_factor": 1.0}))
     with pytest.raises(ValueError, match="rescale_factor"):
         vit_keras.from_pretrained(str(directory), include_top=False, pooling="token")
