@@ -82,7 +82,9 @@ def _any_size_config(layers):
     encoders = [layer for layer in layers if isinstance(layer, PatchEncoder)]
     if len(patches) != 1 or patches[0].flatten or len(encoders) != 1 or encoders[0].architecture is None:
         return None
-    return ViTConfig.from_dict(encoders[0].architecture)
+    # An unflattened patch grid also serves a fixed-size model whose table is resampled in the graph (RADIO's).
+    config = ViTConfig.from_dict(encoders[0].architecture)
+    return config if config.dynamic else None
 
 
 def describe_model(model, include_preprocessing=None, allow_any_size=False) -> ServingSpec:
