@@ -20,12 +20,13 @@ FAMILY2 = os.path.join(os.path.dirname(__file__), "fixtures", "family2")
 TOLERANCE = 5e-5
 
 
-def check(out, reference):
-    """`out` equals `reference` within the fixtures' tolerance, with the same argmax."""
+def check(out, reference, tolerance=TOLERANCE):
+    """`out` equals `reference` within `tolerance` (default the fixtures') relative to max(1, max |reference|), with
+    the same argmax."""
     out, reference = np.asarray(out, np.float32), np.asarray(reference, np.float32)
     assert out.shape == reference.shape
     scale = max(1.0, float(np.abs(reference).max()))
-    assert np.abs(out - reference).max() <= TOLERANCE * scale, np.abs(out - reference).max()
+    assert np.abs(out - reference).max() <= tolerance * scale, np.abs(out - reference).max()
     np.testing.assert_array_equal(out.argmax(-1), reference.argmax(-1))
 
 

@@ -16,32 +16,20 @@ import transformers
 from transformers.models.siglip2.image_processing_pil_siglip2 import get_image_size_for_max_num_patches
 
 import vit_keras
+from tests.family2_cases import FAMILY2, check, run
 from tests.torch_compat import randomise_parameters
 from vit_keras.images import naflex_patches, patchify
 from vit_keras.layers.flexible import check_flexible_inputs
 from vit_keras.preprocessing import naflex_size
 
-FAMILY2 = os.path.join(os.path.dirname(__file__), "fixtures", "family2")
 CASES = ("hf_siglip2_naflex", "timm_naflex_siglip2")
-# Reference (tests/fixtures/family2/README.md): float32 against PyTorch's float32 on a few-layer chain; measured
-# mistakes (the grid resized without antialias) move the outputs by >= 1.5e-2.
-TOLERANCE = 5e-5
+# TOLERANCE: tests/family2_cases.py (the fixtures' README); measured mistakes (the grid resized without antialias)
+# move these outputs by >= 1.5e-2.
 # One image alone against the same image in a padded batch: the same float32 sums but for the masked keys, whose
 # weights are exactly zero; what differs is the matmul blocking of another sequence length, a few float32 ulps of
 # O(1) values (measured <= 1e-6), so 1e-5 keeps 10x over it.
 ALONE_TOLERANCE = 1e-5
 
-
-def _check(out, reference, tolerance=TOLERANCE):
-    out, reference = np.asarray(out, np.float32), np.asarray(reference, np.float32)
-    assert out.shape == reference.shape
-    scale = max(1.0, float(np.abs(reference).max()))
-    assert np.abs(out - reference).max() <= tolerance * scale, np.abs(out - reference).max()
-    np.testing.assert_array_equal(out.argmax(-1), reference.argmax(-1))
-
-
-def _run(model, x):
-    return np.asarray(keras.ops.convert_to_numpy(model(x, training=False)), np.float32)
 
 
 def _case(case):
@@ -101,12 +89,12 @@ def test_patchify_order_and_refusals():
 def test_fixture_through_from_pretrained_and_keras_round_trip(case, tmp_path):
     checkpoint, meta, x, expected = _case(case)
     model = vit_keras.from_pretrained(checkpoint, **meta["call"])
-    out = _run(model, x)
-    _check(out, expected)
+    out = run(model, x)
+    check(out, expected)
     path = str(tmp_path / "model.keras")
     model.save(path)
     reloaded = keras.models.load_model(path, safe_mode=True)
-    np.testing.assert_array_equal(_run(reloaded, x), out)
+    np.testing.assert_array_equal(run(reloaded, x), out)
 
 
 @pytest.mark.numerics
@@ -118,18 +106,18 @@ def test_fixture_through_the_flexible_model(case, tmp_path):
     model = vit_keras.from_pretrained(checkpoint, flexible=True, **call)
     batch = naflex_patches(list(x), 8, 15, resize=False)
     assert batch["mask"].all() and batch["grid"].tolist() == [[3, 5], [3, 5]]
-    out = _run(model, batch)
-    _check(out, expected)
+    out = run(model, batch)
+    check(out, expected)
     other = np.random.default_rng(0).uniform(0, 255 if call.get("include_preprocessing", True) else 1, (40, 16, 3))
     padded = naflex_patches([x[0], other, x[1]], 8, 21, resize=False)
     assert padded["mask"].sum(1).tolist() == [15, 10, 15]
-    out_padded = _run(model, padded)
-    _check(out_padded[[0, 2]], expected)
+    out_padded = run(model, padded)
+    check(out_padded[[0, 2]], expected)
     np.testing.assert_allclose(out_padded[[0, 2]], out, atol=ALONE_TOLERANCE * max(1.0, np.abs(out).max()))
     path = str(tmp_path / "flexible.keras")
     model.save(path)
     reloaded = keras.models.load_model(path, safe_mode=True)
-    np.testing.assert_array_equal(_run(reloaded, padded), out_padded)
+    np.testing.assert_array_equal(run(reloaded, padded), out_padded)
     assert vit_keras.weights.model_config(reloaded) == vit_keras.weights.model_config(model)
 
 
@@ -157,14 +145,14 @@ def test_siglip2_parity_on_a_padded_batch_of_three_shapes(tmp_path):
                         spatial_shapes=torch.from_numpy(batch["grid"].astype(np.int64)))
     pooled = vit_keras.from_pretrained(directory, flexible=True, include_top=False, pooling="map",
                                        include_preprocessing=False)
-    result = _run(pooled, batch)
-    _check(result, out.pooler_output.numpy())
+    result = run(pooled, batch)
+    check(result, out.pooler_output.numpy())
     tokens = vit_keras.from_pretrained(directory, flexible=True, include_top=False, include_preprocessing=False)
-    sequence = _run(tokens, batch)
+    sequence = run(tokens, batch)
     for index, valid in enumerate(batch["mask"].astype(bool)):
-        _check(sequence[index, valid], out.last_hidden_state.numpy()[index, valid])
+        check(sequence[index, valid], out.last_hidden_state.numpy()[index, valid])
     for index, image in enumerate(images):
-        alone = _run(pooled, naflex_patches([image], 8, int(batch["mask"][index].sum()), resize=False))
+        alone = run(pooled, naflex_patches([image], 8, int(batch["mask"][index].sum()), resize=False))
         np.testing.assert_allclose(alone[0], result[index], atol=ALONE_TOLERANCE * max(1.0, np.abs(alone).max()))
 
 
@@ -175,7 +163,7 @@ def test_padding_values_do_not_reach_real_tokens(tmp_path):
     batch = naflex_patches([np.ones((16, 24, 3), np.float32)], 8, 10, resize=False)
     noisy = {**batch, "patches": batch["patches"].copy()}
     noisy["patches"][0, 6:] = np.nan
-    np.testing.assert_array_equal(_run(model, noisy), _run(model, batch))
+    np.testing.assert_array_equal(run(model, noisy), run(model, batch))
 
 
 # ---- other ViTs in the flexible form
@@ -200,9 +188,9 @@ def test_flexible_model_equals_the_any_size_image_model(pool, interpolation):
     flexible.set_weights(image_model.get_weights())
     images = [rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((24, 40, 3), (40, 16, 3), (32, 32, 3))]
     batch = naflex_patches(images, 8, 20, resize=False)
-    out = _run(flexible, batch)
+    out = run(flexible, batch)
     for index, image in enumerate(images):
-        expected = _run(image_model, image[None])[0]
+        expected = run(image_model, image[None])[0]
         np.testing.assert_allclose(out[index], expected, atol=ALONE_TOLERANCE * max(1.0, np.abs(expected).max()))
 
 
@@ -273,7 +261,7 @@ def test_tf_data_batches_images_of_mixed_sizes_as_naflex_patches():
     model = vit_keras.ViT(flexible=True, **TINY, classes=4)
     together = model.predict({k: v.numpy() for k, v in batch.items()}, verbose=0)
     for index in range(3):
-        alone = _run(model, {k: v[index:index + 1] for k, v in expected.items()})
+        alone = run(model, {k: v[index:index + 1] for k, v in expected.items()})
         np.testing.assert_allclose(together[index], alone[0], atol=ALONE_TOLERANCE)
 
 
@@ -338,7 +326,7 @@ def test_naflex_saved_model_serves_jpegs_of_different_sizes_without_vit_keras(tm
     np.testing.assert_allclose(both, alone, atol=ALONE_TOLERANCE * max(1.0, np.abs(alone).max()))
     # The same as the Keras model on the same decoded images, prepared by the NumPy helper: the same resize op and
     # sums, graph against eager kernels (measured 1.5e-7), so the one-image bound holds.
-    expected = _run(model, naflex_patches(decoded, 8, 48))
+    expected = run(model, naflex_patches(decoded, 8, 48))
     np.testing.assert_allclose(both, expected, atol=ALONE_TOLERANCE * max(1.0, np.abs(expected).max()))
     with pytest.raises(ValueError, match="already exists"):
         naflex_saved_model(model, str(tmp_path / "served"), max_num_patches=48)

@@ -239,19 +239,23 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         table = self.patch_position_embeddings(grid)
         if table is not None:
             x = x + ops.cast(table, x.dtype)[None]
-        batch = ops.shape(x)[0]
-        x = ops.reshape(x, (batch, -1, self.hidden_size))
+        x = ops.reshape(x, (ops.shape(x)[0], -1, self.hidden_size))
+        return self.dropout(self.join_prefix(x), training=training)
+
+    def join_prefix(self, x):
+        """The prefix tokens (class, distillation, registers), with their position rows when the table has them,
+        in front of the embedded patch tokens `x` `(batch, N, D)`."""
         prefix = [self.cls] if self.classifier == "token" else []
         prefix += [self.dist] if self.distilled else []
         prefix += [self.reg] if self.num_register_tokens else []
-        if prefix:
-            tokens = ops.concatenate([ops.cast(t, x.dtype) for t in prefix], axis=1)
-            if self.num_embedded_prefix_tokens:
-                # Same sums as the fixed-size path, which adds the whole table after joining the prefix.
-                tokens = tokens + ops.cast(self.pos_embedding[:, : self.num_embedded_prefix_tokens], x.dtype)
-            tokens = ops.broadcast_to(tokens, (batch, self.num_prefix_tokens, self.hidden_size))
-            x = ops.concatenate([tokens, x], axis=1)
-        return self.dropout(x, training=training)
+        if not prefix:
+            return x
+        tokens = ops.concatenate([ops.cast(t, x.dtype) for t in prefix], axis=1)
+        if self.num_embedded_prefix_tokens:
+            # Same sums as the fixed-size path, which adds the whole table after joining the prefix.
+            tokens = tokens + ops.cast(self.pos_embedding[:, : self.num_embedded_prefix_tokens], x.dtype)
+        tokens = ops.broadcast_to(tokens, (ops.shape(x)[0], self.num_prefix_tokens, self.hidden_size))
+        return ops.concatenate([tokens, x], axis=1)
 
     def call(self, patches, training=None):
         if len(patches.shape) == 4:

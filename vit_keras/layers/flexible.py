@@ -168,17 +168,7 @@ class FlexiblePatchEncoder(PatchEncoder):
             x = x + ops.cast(table, x.dtype)
         # Padding carries nothing (not even a NaN fed as padding) into the masked attention.
         x = ops.where(ops.cast(mask, "bool")[..., None], x, ops.zeros_like(x))
-        batch = ops.shape(x)[0]
-        prefix = [self.cls] if self.classifier == "token" else []
-        prefix += [self.dist] if self.distilled else []
-        prefix += [self.reg] if self.num_register_tokens else []
-        if prefix:
-            tokens = ops.concatenate([ops.cast(t, x.dtype) for t in prefix], axis=1)
-            if self.num_embedded_prefix_tokens:
-                tokens = tokens + ops.cast(self.pos_embedding[:, : self.num_embedded_prefix_tokens], x.dtype)
-            tokens = ops.broadcast_to(tokens, (batch, self.num_prefix_tokens, self.hidden_size))
-            x = ops.concatenate([tokens, x], axis=1)
-        return self.dropout(x, training=training)
+        return self.dropout(self.join_prefix(x), training=training)
 
     def compute_output_shape(self, input_shape):
         patches_shape = input_shape[0]
