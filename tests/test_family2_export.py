@@ -4,8 +4,10 @@ left for the interpreter).
 
 Bounds: the SavedModel runs the same float32 graph (TF's kernels, other fusion): 1e-5 on O(1) outputs, a few
 hundred float32 roundings (u = 6e-8) at most. TFLite (XNNPACK or the reference kernels, other summation orders and
-its own softmax/GELU approximations) is held to 1e-3 x max(1, max |output|): the paper ViT's TFLite files measure
-~1e-5 here, and the bound is the one tests/test_export.py states for float32 TFLite, with its origin there.
+its own exp/tanh approximations) is held to 1e-3 x max(1, max |output|): 10x tests/test_export.py's float32 TFLite
+bound (1e-4, whose spread was measured over the `make test-numerics` settings on the paper ViT), since these
+models add RoPE's sin/cos products, SwiGLU and RMSNorm to each block (passing here, AVX2 EPYC, default settings;
+the new cases have not yet been run under the numerics settings).
 """
 
 import os
