@@ -22,12 +22,13 @@ TOLERANCE = 5e-5
 
 def check(out, reference, tolerance=TOLERANCE):
     """`out` equals `reference` within `tolerance` (default the fixtures') relative to max(1, max |reference|), with
-    the same argmax."""
+    the same argmax. Returns the relative difference measured."""
     out, reference = np.asarray(out, np.float32), np.asarray(reference, np.float32)
     assert out.shape == reference.shape
     scale = max(1.0, float(np.abs(reference).max()))
     assert np.abs(out - reference).max() <= tolerance * scale, np.abs(out - reference).max()
     np.testing.assert_array_equal(out.argmax(-1), reference.argmax(-1))
+    return float(np.abs(out - reference).max()) / scale
 
 
 def run(model, x):
@@ -44,15 +45,19 @@ def fixture_input(case, meta):
     return x
 
 
-def run_case(case, tmp_path):
+def run_case(case, tmp_path, record_property=None):
     """A fixture case through `from_pretrained(<case>/checkpoint, **meta["call"])` alone, then a `.keras` round
-    trip loaded with safe_mode=True: both give the reference output. Returns the model."""
+    trip loaded with safe_mode=True: both give the reference output. Returns the model. With pytest's
+    `record_property`, the measured difference and its bound go to the report `make test-numerics` tabulates."""
     with open(os.path.join(FAMILY2, case, "meta.json")) as f:
         meta = json.load(f)
     model = vit_keras.from_pretrained(os.path.join(FAMILY2, case, meta["checkpoint"]), **meta["call"])
     x = fixture_input(case, meta)
     out = run(model, x)
-    check(out, np.load(os.path.join(FAMILY2, case, "expected.npy")))
+    difference = check(out, np.load(os.path.join(FAMILY2, case, "expected.npy")))
+    if record_property is not None:
+        record_property("relative_diff_reference", float(f"{difference:.3g}"))
+        record_property("bound:relative_diff_reference", f"<= {TOLERANCE}")
     path = str(tmp_path / "model.keras")
     model.save(path)
     reloaded = keras.models.load_model(path, safe_mode=True)

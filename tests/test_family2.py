@@ -32,9 +32,10 @@ pytestmark = pytest.mark.slow
 EVA_CASES = ["timm_dinov3", "timm_dinov3_swiglu", "timm_eva02", "timm_pe_core", "timm_rope_mixed"]
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("case", EVA_CASES)
-def test_fixture_case_through_from_pretrained_and_keras_round_trip(case, tmp_path):
-    run_case(case, tmp_path)
+def test_fixture_case_through_from_pretrained_and_keras_round_trip(case, tmp_path, record_property):
+    run_case(case, tmp_path, record_property)
 
 
 @pytest.mark.parametrize("case, size", [("timm_pe_core", (48, 24)), ("timm_eva02", (70, 42))])

@@ -30,9 +30,10 @@ pytestmark = pytest.mark.slow
 HF_CASES = ["hf_aimv2", "hf_dinov3", "hf_ijepa"]
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("case", HF_CASES)
-def test_family2_fixture_through_from_pretrained_and_keras_round_trip(case, tmp_path):
-    run_case(case, tmp_path)
+def test_family2_fixture_through_from_pretrained_and_keras_round_trip(case, tmp_path, record_property):
+    run_case(case, tmp_path, record_property)
 
 
 # ---- transformers towers built here with random weights (N(0, 0.1) on every parameter), written with

@@ -35,9 +35,10 @@ pytestmark = pytest.mark.slow
 RADIO_CASES = ["hf_radio", "timm_radio"]
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("case", RADIO_CASES)
-def test_fixture_case_through_from_pretrained_and_keras_round_trip(case, tmp_path):
-    run_case(case, tmp_path)
+def test_fixture_case_through_from_pretrained_and_keras_round_trip(case, tmp_path, record_property):
+    run_case(case, tmp_path, record_property)
 
 
 # ---- RADIO's cropped position table: torch bilinear (align_corners=False, no antialias) to a square of the longer
