@@ -11,7 +11,7 @@ With a seed, every random choice is a stateless function of (seed, position of t
 a run is reproducible and a resumed run can skip exactly the examples it has already seen.
 
 Example:
-    >>> from vit_keras import data
+    >>> from vit_keras.training import data
     >>> split = data.load("vit_keras_digits", "train")
     >>> ds = data.train_pipeline(split.dataset, image_size=16, batch_size=64,
     ...                          num_classes=split.num_classes, seed=0)
