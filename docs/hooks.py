@@ -7,22 +7,31 @@ the build. The facts come from where they are written once:
 - the constructor of each variant: the `ViTB16 = _CONSTRUCTORS["B/16"]` lines of `vit_keras/models.py`;
 - the parameter counts: `PAPER_PARAMS` in `tests/test_configs.py` (vit_jax's counts, which that test asserts
   every built model has);
-- the checkpoints: `vit_keras.weights.registry.REGISTRY` (what `vit_keras.list_weights()` returns).
+- the checkpoints: `vit_keras.weights.registry.REGISTRY` (what `vit_keras.list_weights()` returns);
+- the families each checkpoint library's reader takes: the architecture tables of `vit_keras.weights.timm`
+  (`SIZES`, `SWITCHES`, `NAFLEX_ARCHITECTURES`), `vit_keras.weights.timm_eva` (`FAMILIES`), `vit_keras.weights.hf`
+  (`MODEL_CLASSES`) and `vit_keras.weights.hf_families` (`FAMILIES`, `WHOLE_MODELS`), so that a family added to
+  one of them is in the docs with no second entry.
 
-`vit_keras.configs` and `vit_keras.weights.registry` are plain Python tables; they are read without running the
-package's `__init__` (which imports Keras and TensorFlow, 5-20 s), and through a normal import where that fails.
+These modules are read without running the package's `__init__` (which imports Keras and TensorFlow, 5-20 s), and
+through a normal import where that fails; the readers' tables import Keras all the same (through
+`vit_keras.layers`), once per build.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import importlib
 import importlib.util
+import json
 import pathlib
 import re
 import sys
 import types
+from re import _constants as regex_ops
+from re import _parser as regex_parser
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "vit_keras"
@@ -49,18 +58,27 @@ def _bare_package():
         sys.modules.update(saved)
 
 
-def _tables():
-    """(VARIANTS, REGISTRY, BASE_URL) from the package in this checkout."""
+def _modules(*names):
+    """The modules `names` of the package in this checkout."""
     try:
         with _bare_package():
-            configs = importlib.import_module("vit_keras.configs")
-            registry = importlib.import_module("vit_keras.weights.registry")
+            return [importlib.import_module(name) for name in names]
     except ImportError:  # the tables came to import something else: take the slow, ordinary way
         if str(ROOT) not in sys.path:
             sys.path.insert(0, str(ROOT))
-        configs = importlib.import_module("vit_keras.configs")
-        registry = importlib.import_module("vit_keras.weights.registry")
+        return [importlib.import_module(name) for name in names]
+
+
+def _tables():
+    """(VARIANTS, REGISTRY, BASE_URL) from the package in this checkout."""
+    configs, registry = _modules("vit_keras.configs", "vit_keras.weights.registry")
     return configs.VARIANTS, registry.REGISTRY, registry.BASE_URL
+
+
+@functools.cache
+def _readers():
+    """The checkpoint readers whose tables name the families: (timm, timm_eva, hf, hf_families)."""
+    return tuple(_modules(*(f"vit_keras.weights.{name}" for name in ("timm", "timm_eva", "hf", "hf_families"))))
 
 
 def _assignments(path: pathlib.Path) -> dict[str, ast.expr]:
@@ -129,7 +147,110 @@ def weights_table() -> str:
     return "\n".join(lines)
 
 
-TABLES = {"variants": variants_table, "weights": weights_table}
+def name_pattern(pattern: str, groups=None) -> str:
+    """A name regex as the names it matches: `{a,b}` for alternatives, `[x]` for an optional part, `[x]…` for a
+    repeated one, `<N>` for digits, `<word>` for other characters; `groups` writes named groups' text itself.
+
+    Example:
+        >>> name_pattern(r"vit_(?P<size>small|base)_patch(?P<patch>\\d+)(?:_qkvb)?", {"patch": "<P>"})
+        'vit_{small,base}_patch<P>[_qkvb]'
+    """
+    groups = groups or {}
+    parsed = regex_parser.parse(pattern)
+    group_names = {index: name for name, index in parsed.state.groupdict.items()}
+
+    def characters(items) -> str | None:
+        if len(items) == 1 and items[0][0] is regex_ops.IN:
+            return "<N>" if items[0][1] == [(regex_ops.CATEGORY, regex_ops.CATEGORY_DIGIT)] else "<word>"
+        return None
+
+    def render(items) -> str:
+        out = []
+        for op, value in items:
+            if op is regex_ops.LITERAL:
+                out.append(chr(value))
+            elif op is regex_ops.AT:  # ^ and $
+                continue
+            elif op is regex_ops.SUBPATTERN:
+                name = group_names.get(value[0])
+                out.append(groups[name] if name in groups else render(value[-1]))
+            elif op is regex_ops.BRANCH:
+                out.append("{" + ",".join(render(branch) for branch in value[1]) + "}")
+            elif op in (regex_ops.MAX_REPEAT, regex_ops.MIN_REPEAT) and value[0] == 1 and characters(value[2]):
+                out.append(characters(value[2]))
+            elif op in (regex_ops.MAX_REPEAT, regex_ops.MIN_REPEAT) and value[0] == 0:
+                out.append(f"[{render(value[2])}]" + ("" if value[1] == 1 else "…"))
+            else:
+                raise ValueError(f"The docs cannot write the name pattern {pattern!r} as names (at {op}): write it "
+                                 "with literal text, groups, alternatives, optional parts and \\d+ only.")
+        return "".join(out)
+
+    return render(parsed.data)
+
+
+def _sizes(sizes) -> str:
+    """`{word: (D, layers, heads)}` as a table cell."""
+    return ", ".join(f"{word} ({', '.join(map(str, shape))})" for word, shape in sizes.items())
+
+
+def _fields(fields) -> str:
+    """`ViTConfig` fields as the keyword arguments that set them."""
+    return ", ".join(f"`{key}={json.dumps(value) if isinstance(value, str) else repr(value)}`"
+                     for key, value in fields.items())
+
+
+def timm_families_table() -> str:
+    """The timm families: the architecture names each reads, its sizes and the parts a name may add."""
+    timm, timm_eva, _, _ = _readers()
+    lines = [_row(("family", "timm architecture names", "sizes (D, layers, heads)", "name parts")),
+             _row(("---",) * 4)]
+    tokens = ", ".join(f"`{token}`" for token in timm.SWITCHES)
+    lines.append(_row((timm.TABLE.family, f"`{name_pattern(timm._NAME.pattern)}`", _sizes(timm.SIZES),
+                       f"{tokens} (the table below)")))
+    naflex = timm.NAFLEX_ARCHITECTURES
+    lines.append(_row((timm.NAFLEX_TABLE.family, ", ".join(f"`{name}`" for name in naflex),
+                       _sizes({name.split("_")[1]: (a["hidden_size"], a["num_layers"], a["num_heads"])
+                               for name, a in naflex.items()}), "—")))
+    for family in timm_eva.FAMILIES:
+        sizes = {word: (a["embed_dim"], a["depth"], a["num_heads"]) for word, a in family.sizes.items()}
+        names = name_pattern(family.pattern, {"size": "{" + ",".join(family.sizes) + "}" if len(sizes) > 1
+                                              else next(iter(family.sizes)), "patch": "<P>", "res": "<res>"})
+        parts = []
+        for option, args in family.options.items():
+            merged = {**family.args, **args}
+            refused = [what for key, default, what in timm_eva.UNSUPPORTED if merged.get(key, default) != default]
+            parts.append(f"`{option}`" + (f" (refused: {refused[0]})" if refused else ""))
+        lines.append(_row((family.name, f"`{names}`", _sizes(sizes), ", ".join(parts) or "—")))
+    return "\n".join(lines)
+
+
+def timm_tokens_table() -> str:
+    """The parts of a timm ViT architecture name and the `ViTConfig` fields each sets."""
+    timm = _readers()[0]
+    lines = [_row(("name part", "`ViTConfig` fields it sets")), _row(("---", "---"))]
+    for token, fields in timm.SWITCHES.items():
+        cell = _fields(fields)
+        if token == "radio":  # the one switch that differs between sizes
+            cell += f"; `layer_scale=True` for {', '.join(timm.RADIO_LAYER_SCALE_SIZES)}"
+        lines.append(_row((f"`_{token}`", cell)))
+    return "\n".join(lines)
+
+
+def transformers_families_table() -> str:
+    """The transformers model types each reader takes, with the classes that write them."""
+    _, _, hf, hf_families = _readers()
+    lines = [_row(("`model_type`", "transformers classes", "read by")), _row(("---",) * 3)]
+    lines += [_row((f"`{kind}`", ", ".join(f"`{c}`" for c in classes.split(", ")), f"`{hf.__name__}`"))
+              for kind, classes in hf.MODEL_CLASSES.items()]
+    lines += [_row((f"`{kind}`", ", ".join(f"`{c}`" for c in family.classes.split(", ")),
+                    f"`{hf_families.__name__}`")) for kind, family in hf_families.FAMILIES.items()]
+    lines += [_row((f"`{kind}`", f"its vision tower, as `{tower}`", f"`{hf_families.__name__}`"))
+              for kind, (tower, _) in hf_families.WHOLE_MODELS.items()]
+    return "\n".join(lines)
+
+
+TABLES = {"variants": variants_table, "weights": weights_table, "timm_families": timm_families_table,
+          "timm_tokens": timm_tokens_table, "transformers_families": transformers_families_table}
 
 
 def render(markdown: str) -> str:

@@ -83,10 +83,10 @@ def _run(backend, args, timeout=900):
 
 @pytest.fixture(scope="module")
 def tensorflow_results(tmp_path_factory):
-    import vit_keras.data
+    import vit_keras.training.data
 
     data_dir = str(tmp_path_factory.mktemp("tfds"))
-    vit_keras.data.load("vit_keras_digits", data_dir=data_dir)  # prepared once here, only read by the backends
+    vit_keras.training.data.load("vit_keras_digits", data_dir=data_dir)  # prepared once here, only read by the backends
     step = backend_worker.one_step_weights()
     starts = [name for name in step if name.startswith("start_")]
     moves = [float(np.abs(step[name[len("start_"):]] - step[name]).max()) for name in starts]

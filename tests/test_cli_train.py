@@ -92,10 +92,10 @@ def _kill_mid_epoch(process, state):
 
 @pytest.mark.slow
 def test_sigkill_mid_epoch_then_same_command_finishes_like_an_uninterrupted_run(tmp_path, capsys):
-    import vit_keras.data
+    import vit_keras.training.data
 
     data_dir = str(tmp_path / "tfds")
-    vit_keras.data.load("vit_keras_digits", data_dir=data_dir)  # prepared once, then only read
+    vit_keras.training.data.load("vit_keras_digits", data_dir=data_dir)  # prepared once, then only read
     reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
     process = subprocess.Popen(_command(interrupted, data_dir), env=_env(), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from vit_keras import data
 from vit_keras.datasets.digits import digits_arrays
+from vit_keras.training import data
 
 
 @pytest.fixture(scope="module")

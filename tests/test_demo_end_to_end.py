@@ -19,7 +19,8 @@ def _env():
 def test_the_demo_runs_this_checkouts_code():
     found = subprocess.run([sys.executable, "-c", "import vit_keras.demo as d; print(d.__file__)"], cwd=ROOT,
                            env=_env(), capture_output=True, text=True, timeout=300, check=True)
-    assert os.path.realpath(found.stdout.strip()) == os.path.realpath(os.path.join(ROOT, "vit_keras", "demo.py"))
+    package = os.path.join(ROOT, "vit_keras", "demo", "__init__.py")
+    assert os.path.realpath(found.stdout.strip()) == os.path.realpath(package)
 
 
 @pytest.mark.slow

@@ -92,6 +92,51 @@ def test_every_marker_in_the_docs_is_a_known_table(hooks):
         hooks.render("<!-- generated: nope -->")
 
 
+def test_families_tables_list_every_family_of_the_readers(hooks):
+    """Every family of the readers' tables has its row, with its size words and their (D, layers, heads), and every
+    name part and transformers model type is listed: a family added to a table is in the docs without a second
+    entry."""
+    from vit_keras.weights import hf, hf_families, timm, timm_eva
+
+    rows = {row[0]: row for row in _rows(hooks.timm_families_table())}
+    assert list(rows) == [timm.TABLE.family, timm.NAFLEX_TABLE.family, *(f.name for f in timm_eva.FAMILIES)]
+    for family in timm_eva.FAMILIES:
+        _, names, sizes, parts = rows[family.name]
+        assert sizes == ", ".join(f"{word} ({a['embed_dim']}, {a['depth']}, {a['num_heads']})"
+                                  for word, a in family.sizes.items()), family.name
+        assert all(f"`{option}`" in parts for option in family.options), family.name
+    assert "clip` (refused: a LayerNorm inside the attention" in rows["EVA-02"][3]  # timm_eva.UNSUPPORTED
+    assert rows[timm.NAFLEX_TABLE.family][1] == ", ".join(f"`{name}`" for name in timm.NAFLEX_ARCHITECTURES)
+    tokens = {row[0]: row[1] for row in _rows(hooks.timm_tokens_table())}
+    assert list(tokens) == [f"`_{token}`" for token in timm.SWITCHES]
+    assert tokens["`_siglip`"] == '`class_token=False`, `global_pool="map"`'
+    model_types = [row[0].strip("`") for row in _rows(hooks.transformers_families_table())]
+    assert model_types == list(hf.MODEL_TYPES) == [*hf.MODEL_CLASSES, *hf_families.FAMILIES,
+                                                    *hf_families.WHOLE_MODELS]
+
+
+@pytest.mark.parametrize("pattern, groups, names", [
+    (r"^(vit|deit)_(tiny|small)(_distilled)?_patch(\d+)((?:_[a-z0-9]+)*)$", None,
+     "{vit,deit}_{tiny,small}[_distilled]_patch<N>[_<word>]…"),
+    (r"eva02_(?P<size>[a-z]+)_patch(?P<patch>\d+)(?P<options>(?:_clip)?)_(?P<res>\d+)",
+     {"size": "{tiny,base}", "patch": "<P>", "res": "<res>"}, "eva02_{tiny,base}_patch<P>[_clip]_<res>"),
+    (r"vit_(?P<size>[a-z]+)_rope(?P<options>_reg\d+_gap)", {"size": "base"}, "vit_base_rope_reg<N>_gap"),
+])
+def test_name_patterns_are_written_as_the_names_they_match(hooks, pattern, groups, names):
+    assert hooks.name_pattern(pattern, groups) == names
+    # Every name the written form stands for (one choice per alternative and placeholder) matches the pattern.
+    filled = names.replace("<N>", "16").replace("<P>", "16").replace("<res>", "224").replace("<word>", "in1k")
+    for pick, keep_optional in ((0, False), (-1, True)):
+        name = re.sub(r"\{([^}]*)\}", lambda m, pick=pick: m.group(1).split(",")[pick], filled)
+        name = re.sub(r"\[([^\]]*)\]…?", lambda m, keep=keep_optional: m.group(1) if keep else "", name)
+        assert re.fullmatch(pattern, name), (name, pattern)
+
+
+def test_a_name_pattern_the_docs_cannot_write_fails_the_build(hooks):
+    with pytest.raises(ValueError, match="cannot write the name pattern"):
+        hooks.name_pattern(r"vit_(?=base)base")
+
+
 def test_the_tables_are_read_without_the_package_init(hooks):
     """The docs build reads the package's tables without its `__init__` (which imports Keras and TensorFlow): the
     bare read must work (else the build falls back to the slow import) and leave the imported package as it was."""

@@ -301,7 +301,7 @@ def test_pretrained_encoder_fine_tunes_at_another_size_and_feeds_the_few_shot_pr
     from vit_keras.datasets.digits import digits_arrays
 
     images, labels = digits_arrays("train")
-    from vit_keras import data
+    from vit_keras.training import data
 
     split = data.load(tf.data.Dataset.from_tensor_slices((images[:300], labels[:300])), num_classes=10)
     scores = training.few_shot_probe(probe, split, split, shots=(1, 5))

@@ -15,7 +15,7 @@ EPOCHS = 10  # ~97% held-out with 4x4 patches; fewer leaves near-ties that int8 
 def test_demo_runs_both_stages_and_every_demo_step(tmp_path, monkeypatch, capsys):
     seen = []
     # Export and inspection have their own tests; here the demo's own steps and the step protocol are checked.
-    monkeypatch.setattr(demo, "DEMO_STEPS", [demo.save_and_reload, lambda *args: seen.append(args)])
+    monkeypatch.setattr(demo.steps, "DEMO_STEPS", [demo.save_and_reload, lambda *args: seen.append(args)])
     code = demo.main(["--output-dir", str(tmp_path), "--pretrain-steps", "8", "--finetune-steps", "4"])
     out = capsys.readouterr().out
     assert code in (0, 1)  # 1: below the 95% bar, expected after 12 steps

@@ -82,7 +82,7 @@ def test_accumulation_under_mirrored_equals_one_big_batch_on_one_device(tmp_path
 
 def test_multi_worker_two_processes_agree_and_chief_writes(tmp_path, tfds_dir):
     # Prepare the dataset once so both workers only read it.
-    subprocess.run([sys.executable, "-c", "import vit_keras.data as d; d.load('vit_keras_digits', data_dir="
+    subprocess.run([sys.executable, "-c", "import vit_keras.training.data as d; d.load('vit_keras_digits', data_dir="
                     f"{tfds_dir!r})"], env=_env(), check=True, timeout=200)
     ports = [_free_port(), _free_port()]
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}

@@ -65,7 +65,7 @@ def test_holdout_split_strings():
 
 @pytest.mark.slow
 def test_validation_defaults_to_a_slice_of_the_training_split_never_the_test_split(tmp_path, tfds_dir, monkeypatch):
-    from vit_keras import data
+    from vit_keras.training import data
 
     loaded, real_load = [], data.load
 

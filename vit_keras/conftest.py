@@ -24,11 +24,12 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 # Modules that import an optional dependency at import time, by the dependency (module names, not extras).
 OPTIONAL_IMPORTS = {"datasets/digits.py": "tensorflow_datasets"}
 collect_ignore = [path for path, module in OPTIONAL_IMPORTS.items() if importlib.util.find_spec(module) is None]
-# vit_keras.vit, .utils and .visualize are aliases of vit_keras.compat's modules, whose examples run from there.
-collect_ignore += ["vit.py", "utils.py", "visualize.py"]
+# vit_keras.vit, .utils and .visualize are aliases of vit_keras.compat's modules, and vit_keras.data of
+# vit_keras.training.data: their examples run from there.
+collect_ignore += ["vit.py", "utils.py", "visualize.py", "data.py"]
 
 # Modules whose examples run TensorFlow itself (SavedModel, TFLite, tf.data, tf.distribute).
-TF_ONLY_MODULES = ("vit_keras.export", "vit_keras.data", "vit_keras.datasets", "vit_keras.training")
+TF_ONLY_MODULES = ("vit_keras.export", "vit_keras.datasets", "vit_keras.training")
 
 
 # The vit-keras 0.2.0 compatibility modules warn (FutureWarning) on purpose; their examples show the calls.

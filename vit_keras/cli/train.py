@@ -114,9 +114,8 @@ def config_from_args(args):
 def run_train(args) -> int:
     import sys
 
-    from vit_keras import data
     from vit_keras.cli.common import build_model
-    from vit_keras.training import train
+    from vit_keras.training import data, train
     from vit_keras.training.callbacks import NonFiniteLossError
 
     config = config_from_args(args)

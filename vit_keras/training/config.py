@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from vit_keras.data import CROPS  # the recipes accept exactly the crops the pipeline implements
+from vit_keras.training.data import CROPS  # the recipes accept exactly the crops the pipeline implements
 
 SCHEDULES = ("cosine", "linear", "constant")
 OPTIMIZERS = ("sgd", "adamw")

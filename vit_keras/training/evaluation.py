@@ -75,7 +75,7 @@ def evaluate(model, source, split: str = "test", *, batch_size: int = 256, data_
         >>> evaluate(model, "vit_keras_digits", "test")  # doctest: +SKIP
         {'top1': 0.97, 'top5': 1.0, 'examples': 360}
     """
-    from vit_keras import data
+    from vit_keras.training import data
 
     loaded = source if isinstance(source, data.Split) else data.load(source, split, data_dir=data_dir)
     classes = int(model.output_shape[-1])
@@ -166,7 +166,7 @@ def few_shot_probe(model, train_source, test_source, *, train_split: str = "trai
         >>> few_shot_probe(model, "vit_keras_digits", "vit_keras_digits")  # doctest: +SKIP
         {'1shot': 0.41, '5shot': 0.72, '10shot': 0.8, '25shot': 0.86}
     """
-    from vit_keras import data
+    from vit_keras.training import data
 
     extractor = feature_extractor(model)
     size = tuple(model.input_shape[1:3])

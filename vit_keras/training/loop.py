@@ -9,8 +9,8 @@ import os
 
 import numpy as np
 
-from vit_keras import data
 from vit_keras.training import callbacks as cb
+from vit_keras.training import data
 from vit_keras.training.optim import make_optimizer
 from vit_keras.training.run import RunDirectories, run_directory, run_settings
 from vit_keras.training.strategy import (

@@ -19,9 +19,9 @@ import os
 import keras
 import numpy as np
 
-from vit_keras import data
 from vit_keras.files import atomic_file
 from vit_keras.training import callbacks as cb
+from vit_keras.training import data
 from vit_keras.training.config import TrainConfig
 from vit_keras.training.loop import execution_plan, fit_segments, resume_run, write_text
 from vit_keras.training.masked_patch import MaskedPatchModel

@@ -32,8 +32,11 @@ PICKLE_NAMES = ("pytorch_model.bin", "model.bin", "pytorch_model.pt")
 # hidden_act values -> ViTConfig.activation (HF's "gelu" is exact erf; the tanh forms are the approximations).
 _HIDDEN_ACTS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                 "gelu_fast": "gelu_tanh", "quick_gelu": "quick_gelu"}
-MODEL_TYPES = ("vit", "dinov2", "clip_vision_model", "siglip_vision_model", "siglip2_vision_model", "radio",
-               *hf_families.MODEL_TYPES)
+# The model types this module reads itself -> the transformers classes that write them (the docs' families tables).
+MODEL_CLASSES = {"vit": "ViTModel, ViTForImageClassification", "dinov2": "Dinov2Model",
+                 "clip_vision_model": "CLIPVisionModel", "siglip_vision_model": "SiglipVisionModel",
+                 "siglip2_vision_model": "Siglip2VisionModel", "radio": "RadioModel"}
+MODEL_TYPES = (*MODEL_CLASSES, *hf_families.MODEL_TYPES)
 # SigLIP 2 NaFlex: no fixed image size; the position grid is resized per image with torch's antialiased bilinear.
 NAFLEX_MODEL_TYPES = ("siglip2_vision_model",)
 # RadioModel's buffers that are not weights: its input conditioner (config.json's norm_mean / norm_std, as (3, 1, 1))

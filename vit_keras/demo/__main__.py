@@ -1,0 +1,5 @@
+import sys
+
+from vit_keras.demo.run import main
+
+sys.exit(main())
