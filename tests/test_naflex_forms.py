@@ -134,3 +134,73 @@ def test_a_rope_model_checks_its_inputs_as_any_flexible_model():
         model({**batch, "mask": (np.arange(8) < 7).astype(np.int32)[None]})
     with pytest.raises(ValueError, match=r"image 0: `grid` \(0, 3\) must have at least one patch row"):
         model({**batch, "grid": np.array([[0, 3]], np.int32), "mask": np.zeros((1, 8), np.int32)})
+
+
+# ---- TFLite of a fixed sequence length N, through `vit-keras export`
+
+# TFLite against Keras: tests/test_family2_export.py's bound for these RoPE families, 1e-3 x max(1, |output|) (10x
+# tests/test_export.py's float32 TFLite bound, whose spread was measured over the `make test-numerics` settings on the
+# paper ViT, for RoPE's sin/cos and the other kernels TFLite computes its own way); measured here 3.6e-7 (AVX2 EPYC,
+# default settings). The padding adds nothing: its keys get weight exactly 0 in TFLite's softmax as in Keras'.
+TFLITE_TOL = 1e-3
+
+
+@pytest.fixture(scope="module")
+def rope_keras_file(tmp_path_factory):
+    """The DINOv3 fixture (rotate-half RoPE, 4 registers) as a flexible classifier, saved as .keras."""
+    checkpoint, meta, call = _case("timm_dinov3")
+    model = vit_keras.from_pretrained(checkpoint, flexible=True, **call)
+    path = tmp_path_factory.mktemp("naflex") / "dinov3_naflex.keras"
+    model.save(path)
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.tf_only
+def test_cli_exports_a_flexible_rope_model_to_tflite_that_agrees_with_keras(rope_keras_file, tmp_path, capsys):
+    import keras
+
+    from vit_keras import export
+    from vit_keras.cli import main
+
+    path = str(tmp_path / "dinov3.tflite")
+    assert main(["export", path, "--format", "tflite", "--keras-model", rope_keras_file, "--max-num-patches", "16",
+                 "--num-check-images", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "wrote NaFlex TFLite (float32)" in out and "patches float32[1, 16, 192]" in out
+    assert "agreement with the Keras model on 3 random images of 3 aspect ratios" in out
+    model = keras.models.load_model(rope_keras_file, safe_mode=True)
+    rng = np.random.default_rng(5)
+    images = [rng.uniform(0, 255, shape).astype(np.float32) for shape in ((16, 40, 3), (32, 24, 3))]
+    batch = naflex_patches(images, 8, 16, resize=False)
+    assert batch["mask"].sum(1).tolist() == [10, 12]
+    expected = run(model, batch)
+    got = export.naflex_tflite_predict(path, batch)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=TFLITE_TOL * max(1.0, float(np.abs(expected).max())))
+    assert export.non_builtin_operators(path) == []
+
+    longer = naflex_patches(images, 8, 20, resize=False)
+    with pytest.raises(ValueError, match=r"takes NaFlex `patches` of shape \(batch, 16, 192\).*got \(2, 20, 192\)"):
+        export.naflex_tflite_predict(path, longer)
+    with pytest.raises(ValueError, match=r"image 1: `grid` \(4, 4\) says 16 real patches, but its `mask` marks 12"):
+        export.naflex_tflite_predict(path, {**batch, "grid": np.array([[2, 5], [4, 4]], np.int32)})
+
+
+@pytest.mark.slow
+@pytest.mark.tf_only
+def test_flexible_exports_refuse_what_they_cannot_do(rope_keras_file, tmp_path, capsys):
+    import keras
+
+    from vit_keras import export
+    from vit_keras.cli import main
+
+    model = keras.models.load_model(rope_keras_file, safe_mode=True)
+    with pytest.raises(ValueError, match="is a flexible \\(NaFlex\\) model.*naflex_tflite"):
+        export.tflite(model, str(tmp_path / "x.tflite"))
+    with pytest.raises(ValueError, match="quantization.*must be one of.*int8 needs representative NaFlex batches"):
+        export.naflex_tflite(model, str(tmp_path / "x.tflite"), 16, quantization="int8")
+    assert main(["export", str(tmp_path / "x.onnx"), "--format", "onnx", "--keras-model", rope_keras_file]) == 2
+    assert "ONNX export of a flexible (NaFlex) model is not available" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "x.tflite"), "--format", "tflite", "--keras-model", rope_keras_file]) == 2
+    assert "pass --max-num-patches N" in capsys.readouterr().err
+    assert not os.listdir(tmp_path)
