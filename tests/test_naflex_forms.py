@@ -204,3 +204,32 @@ def test_flexible_exports_refuse_what_they_cannot_do(rope_keras_file, tmp_path, 
     assert main(["export", str(tmp_path / "x.tflite"), "--format", "tflite", "--keras-model", rope_keras_file]) == 2
     assert "pass --max-num-patches N" in capsys.readouterr().err
     assert not os.listdir(tmp_path)
+
+
+# ---- attention maps at each image's own grid
+
+
+@pytest.mark.slow
+@pytest.mark.numerics
+def test_flexible_attention_maps_of_a_2x5_image_equal_the_fixed_models():
+    """DINOv3 (RoPE, 4 registers): a 16x40 image (2x5 patches) beside a 3x3 one, padded to 12 patches, gives 2x5
+    maps equal to those of the model built for 16x40 images (bound: SAME_MATHS_TOLERANCE, on weights <= 1)."""
+    from vit_keras.inspection import attention_maps, flexible_attention_maps
+
+    checkpoint, _, call = _case("timm_dinov3")
+    flexible = vit_keras.from_pretrained(checkpoint, flexible=True, **call)
+    fixed = vit_keras.from_pretrained(checkpoint, image_size=(16, 40), **call)
+    rng = np.random.default_rng(8)
+    images = [rng.uniform(0, 255, shape).astype(np.float32) for shape in ((16, 40, 3), (24, 24, 3))]
+    maps = flexible_attention_maps(flexible, naflex_patches(images, 8, 12, resize=False), layer=1)
+    expected = attention_maps(fixed, images[0][None], layer=1)
+    assert maps[0].rollout.shape == (1, 2, 5) and maps[0].heads.shape == (1, 3, 2, 5)
+    assert maps[1].rollout.shape == (1, 3, 3) and maps[0].image_size == (16, 40)
+    np.testing.assert_allclose(maps[0].rollout, expected.rollout, rtol=0, atol=SAME_MATHS_TOLERANCE)
+    np.testing.assert_allclose(maps[0].heads, expected.heads, rtol=0, atol=SAME_MATHS_TOLERANCE)
+    for image_maps in maps:
+        np.testing.assert_allclose(image_maps.rollout.sum(axis=(-2, -1)), 1.0, atol=1e-6)
+        np.testing.assert_allclose(image_maps.heads.sum(axis=(-2, -1)), 1.0, atol=1e-6)
+    assert maps[0].rollout_image.shape == (1, 16, 40)
+    with pytest.raises(ValueError, match="Expected a flexible \\(NaFlex\\) vit_keras model"):
+        flexible_attention_maps(fixed, {})
