@@ -523,7 +523,9 @@ def ViT(
             P·P·C), `grid` (batch, 2) int32 and `mask` (batch, N) for a batch of images of different sizes, each cut
             into its own grid of patches and padded (`vit_keras.images.naflex_patches`,
             `vit_keras.naflex_data.naflex_map`); the position embeddings are stored at `pos_grid` and resized to each
-            image's grid with `pos_interpolation`, and the padding is masked out of attention and pooling.
+            image's grid with `pos_interpolation` (RADIO's `bilinear_crop`: to a square of its longer side, then
+            cropped), a RoPE model's tables are computed from each image's own grid, and the padding is masked out of
+            attention and pooling (AIMv2's head included). Not for hybrids (their ResNet stem needs whole images).
         **architecture: the fields of `vit_keras.configs.ViTConfig` (`ViT(**kw)` builds `ViTConfig(**kw)`;
             `vit_keras.configs.config_fields()` lists them), e.g. `layer_scale`, `num_register_tokens`,
             `no_embed_class`, `pre_norm`, `fc_norm`, `distilled`, `qkv_bias`, `patch_bias`, `global_pool`,
