@@ -207,6 +207,8 @@ def naflex_tflite_predict(path, batch, num_threads=None) -> np.ndarray:
                          f"(vit_keras.images.naflex_patches(images, patch_size, {length})), or export the model "
                          "with a longer num_patches.")
     check_flexible_inputs(patches, grid, mask, features=features)
+    if not len(patches):
+        raise ValueError("Got an empty NaFlex batch; pass at least one image.")
     fixed_batch = int(detail["shape_signature"][0])  # -1: any batch
     step = fixed_batch if fixed_batch > 0 else max(len(patches), 1)
     outputs = []
