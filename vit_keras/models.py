@@ -210,11 +210,12 @@ def _input_conditioner(input_normalization, channels, dtype=None):
                                   dtype=policy_for(dtype, "input_conditioner"), name="input_conditioner")
 
 
-def _rope_tables(config: ViTConfig, patches):
+def _rope_tables(config: ViTConfig, patches, grid=None):
     """The RoPE tables every block takes (None without RoPE), from a `RotaryEmbedding2D` layer named `rope`.
 
     A fixed-size model's tables are constants of its grid; a model of any size computes them from the patch grid
-    `patches` (batch, H, W, C) at run time. `"mixed"` gives one table per block (its learned per-layer frequencies).
+    `patches` (batch, H, W, C) at run time; a flexible model, from each image's `grid` (batch, 2) at the tokens of
+    its `patches` (batch, N, ...). `"mixed"` gives one table per block (its learned per-layer frequencies).
     """
     if config.rope is None:
         return None
@@ -230,7 +231,7 @@ def _rope_tables(config: ViTConfig, patches):
         num_heads=config.num_heads if config.rope == "mixed" else None,
         name="rope",
     )
-    return layer(patches)
+    return layer(patches) if grid is None else layer(patches, grid=grid)
 
 
 def _attention_pooling_head(config: ViTConfig, dtype):
@@ -286,9 +287,9 @@ def build_vit(
     _check_head_options(include_top, pooling, classes, classifier_activation, config)
     head_tokens = _head_tokens(config, include_top, pooling) if head_tokens_only else None
     dtype = check_model_dtype(dtype)
-    token_mask = rope = None
+    token_mask = None
     if flexible:
-        inputs, x, token_mask = _flexible_stem(config, input_tensor, input_size, channels, include_preprocessing,
+        inputs, x, token_mask, rope = _flexible_stem(config, input_tensor, input_size, channels, include_preprocessing,
                                                normalization, dtype)
     else:
         inputs, x, rope = _image_stem(config, input_tensor, input_size, channels, include_preprocessing,
@@ -416,20 +417,11 @@ def _image_stem(config: ViTConfig, input_tensor, input_size, channels, include_p
 
 def _flexible_stem(config: ViTConfig, input_tensor, input_size, channels, include_preprocessing, normalization,
                    dtype):
-    """A NaFlex model's inputs (`patches`, `grid`, `mask`), its embedded tokens and their validity (`TokenMask`)."""
+    """A NaFlex model's inputs (`patches`, `grid`, `mask`), its embedded tokens, their validity (`TokenMask`) and
+    each image's RoPE tables (None without RoPE)."""
     if input_tensor is not None or input_size is not None:
         raise ValueError("A flexible (NaFlex) model takes a dict of `patches`, `grid` and `mask`, not images: drop "
                          "`input_tensor`, `input_shape` and `image_size`.")
-    if config.rope is not None:
-        # Each image of a NaFlex batch has its own grid, so its own RoPE tables: not built yet.
-        raise ValueError(f"flexible=True is not available for RoPE models (rope={config.rope!r}) yet; build the "
-                         "model with image_size=None for any size, one size per batch.")
-    if config.pos_interpolation == "bilinear_crop" or config.input_normalization is not None:
-        raise ValueError("flexible=True is not available for RADIO's cropped position table and input conditioner "
-                         "yet; build the model with image_size=None for any size, one size per batch.")
-    if config.map_head != "big_vision":
-        raise ValueError(f"flexible=True masks the padding out of the big_vision MAP head only; map_head="
-                         f"{config.map_head!r} is not available in flexible form yet.")
     if config.resnet is not None:
         raise ValueError("flexible=True cuts the images into patches outside the model; a hybrid's ResNet stem needs "
                          "whole images. Use a plain ViT, or flexible=False.")
@@ -441,9 +433,13 @@ def _flexible_stem(config: ViTConfig, input_tensor, input_size, channels, includ
         mean, std = check_normalization(normalization) or ((0.5,) * channels, (0.5,) * channels)
         repeat = config.patch_size * config.patch_size
         patches = _preprocessing_layer((tuple(mean) * repeat, tuple(std) * repeat), len(mean) * repeat, dtype)(patches)
+    if config.input_normalization is not None:
+        mean, std = config.input_normalization
+        repeat = config.patch_size * config.patch_size
+        patches = _input_conditioner((tuple(mean) * repeat, tuple(std) * repeat), len(mean) * repeat, dtype)(patches)
     x = FlexiblePatchEncoder(**_encoder_arguments(config, dtype))([patches, inputs["grid"], inputs["mask"]])
     token_mask = TokenMask(config.num_prefix_tokens, name="token_mask")(inputs["mask"])
-    return inputs, x, token_mask
+    return inputs, x, token_mask, _rope_tables(config, inputs["mask"], inputs["grid"])
 
 
 def ViT(
@@ -527,7 +523,9 @@ def ViT(
             P·P·C), `grid` (batch, 2) int32 and `mask` (batch, N) for a batch of images of different sizes, each cut
             into its own grid of patches and padded (`vit_keras.images.naflex_patches`,
             `vit_keras.naflex_data.naflex_map`); the position embeddings are stored at `pos_grid` and resized to each
-            image's grid with `pos_interpolation`, and the padding is masked out of attention and pooling.
+            image's grid with `pos_interpolation` (RADIO's `bilinear_crop`: to a square of its longer side, then
+            cropped), a RoPE model's tables are computed from each image's own grid, and the padding is masked out of
+            attention and pooling (AIMv2's head included). Not for hybrids (their ResNet stem needs whole images).
         **architecture: the fields of `vit_keras.configs.ViTConfig` (`ViT(**kw)` builds `ViTConfig(**kw)`;
             `vit_keras.configs.config_fields()` lists them), e.g. `layer_scale`, `num_register_tokens`,
             `no_embed_class`, `pre_norm`, `fc_norm`, `distilled`, `qkv_bias`, `patch_bias`, `global_pool`,

@@ -5,6 +5,10 @@ Example:
     $ vit-keras export vit_int8.tflite --format tflite --quantization int8 --keras-model vit.keras \\
           --calibration-images train_images/
     $ vit-keras export vit.onnx --format onnx --keras-model vit.keras --check-images val_images/
+    $ vit-keras export siglip2.tflite --format tflite --keras-model naflex.keras --max-num-patches 256
+
+A flexible (NaFlex) model (`flexible=True`) exports as a SavedModel (`naflex_saved_model`: encoded images of any
+size) or a TFLite file of N = --max-num-patches patches (`naflex_tflite`); ONNX is not available for it.
 """
 
 from __future__ import annotations
@@ -55,6 +59,10 @@ def register(subparsers) -> None:
     group.add_argument(
         "--integer-io", action="store_true", help="with int8: uint8 input pixels and uint8 output (Edge TPU style)"
     )
+    group = parser.add_argument_group("flexible (NaFlex) models")
+    group.add_argument("--max-num-patches", type=int, default=None, metavar="N",
+                       help="the sequence length a flexible model is exported for: images are resized to at most N "
+                            "patches (SavedModel) or padded to N (TFLite); needed for a flexible model")
     group = parser.add_argument_group("ONNX")
     group.add_argument("--opset", type=int, default=None, help="ONNX opset, 13 to 18 (default: 17)")
     group = parser.add_argument_group("agreement check")
@@ -189,6 +197,11 @@ def run(args) -> int:
     model = load_or_build_model(args)
     if args.export_format == "tflite":
         refuse_keras_quantized(model, args.keras_model)
+    if is_flexible(model):
+        return _run_flexible(args, model)
+    if args.max_num_patches is not None:
+        raise ValueError("--max-num-patches applies to a flexible (NaFlex) model only; this model takes images of "
+                         "one size. Drop it.")
     spec = export.describe_model(model)
     size = spec.image_size
     if args.check_images:
@@ -237,4 +250,90 @@ def run(args) -> int:
         f"agreement with the Keras model on {where}: top-1 {agreement}, max abs diff {check.max_abs_diff:.3g}, "
         f"mean abs diff {check.mean_abs_diff:.3g}"
     )
+    return 0
+
+
+def is_flexible(model) -> bool:
+    """Whether `model` is a flexible (NaFlex) model: its input a dict of `patches`, `grid` and `mask`.
+
+    Example:
+        >>> import vit_keras
+        >>> is_flexible(vit_keras.ViT(flexible=True, patch_size=8, hidden_size=48, num_layers=1, num_heads=3,
+        ...                           mlp_dim=96, classes=2))
+        True
+    """
+    from vit_keras.layers.flexible import INPUT_KEYS
+
+    return isinstance(model.input, dict) and set(model.input) == set(INPUT_KEYS)
+
+
+def _naflex_check_images(args, patch_size):
+    """Images of their own sizes to check a flexible export on: --check-images, or random ones of three shapes."""
+    import numpy as np
+
+    from vit_keras.images import check_image_file, read_image
+
+    if args.check_images:
+        images = []
+        for path in image_files(args.check_images)[: args.num_check_images]:
+            width, height = check_image_file(path)[1]
+            images.append(read_image(path, (height, width)))
+        return images, "the given images"
+    rng = np.random.default_rng(0)
+    shapes = [(3 * patch_size, 7 * patch_size), (9 * patch_size, 4 * patch_size), (5 * patch_size, 5 * patch_size)]
+    count = args.num_check_images
+    images = [rng.uniform(0, 255, (*shapes[i % 3], 3)).astype(np.float32) for i in range(count)]
+    return images, f"{count} random images of 3 aspect ratios (pass --check-images for real ones)"
+
+
+def _run_flexible(args, model) -> int:
+    """Export a flexible (NaFlex) model (SavedModel or TFLite of N = --max-num-patches) and check it against Keras on
+    images of different aspect ratios."""
+    import keras
+    import numpy as np
+
+    from vit_keras import export
+    from vit_keras.images import naflex_patches
+    from vit_keras.model_config import config_of
+
+    if args.export_format == "onnx":
+        raise ValueError("ONNX export of a flexible (NaFlex) model is not available; use --format saved_model "
+                         "(encoded images of any size) or --format tflite (a fixed number of patches).")
+    if args.max_num_patches is None:
+        raise ValueError("A flexible (NaFlex) model is exported for a sequence length: pass --max-num-patches N "
+                         "(e.g. 256, SigLIP 2's), the most patches an image is resized to (SavedModel) or padded "
+                         "to (TFLite).")
+    if args.class_names:
+        raise ValueError("--class-names applies to image models; a flexible model's SavedModel returns `outputs`.")
+    if args.quantization == "int8":
+        raise ValueError("--quantization int8 is not available for a flexible (NaFlex) model (its calibration would "
+                         "need NaFlex batches); use float16 or dynamic_int8.")
+    if args.integer_io:
+        raise ValueError("--integer-io needs --quantization int8, which a flexible (NaFlex) model does not take.")
+    patch_size = config_of(model).patch_size
+    images, where = _naflex_check_images(args, patch_size)
+    batch = naflex_patches(images, patch_size, args.max_num_patches)
+    if not any(isinstance(layer, keras.layers.Rescaling) and layer.name == "rescaling" for layer in model.layers):
+        # A model built without its preprocessing takes normalised patches: compared on [-1, 1] (SigLIP's).
+        batch = {**batch, "patches": batch["patches"] / 127.5 - 1.0}
+    expected = np.asarray(keras.ops.convert_to_numpy(model(batch, training=False)), np.float32)
+    if args.export_format == "saved_model":
+        path = export.naflex_saved_model(model, args.output, max_num_patches=args.max_num_patches,
+                                         version=args.version, overwrite=args.overwrite)
+        import tensorflow as tf
+
+        serve = tf.saved_model.load(path).signatures[export.SERVING_DEFAULT]
+        got = serve(**{key: tf.constant(value) for key, value in batch.items()})["outputs"].numpy()
+        print(f"wrote NaFlex SavedModel version {args.version} to {path} ({_mib(export.path_size(path))}); signatures "
+              f"serving_default (patches, grid, mask) and serve_bytes (encoded images, at most "
+              f"{args.max_num_patches} patches each)")
+    else:
+        path = export.naflex_tflite(model, args.output, args.max_num_patches, quantization=args.quantization,
+                                    overwrite=args.overwrite)
+        got = export.naflex_tflite_predict(path, batch)
+        print(f"wrote NaFlex TFLite ({args.quantization or 'float32'}) to {path} ({_mib(os.path.getsize(path))}); "
+              f"inputs patches float32[1, {args.max_num_patches}, {batch['patches'].shape[-1]}], grid int32[1, 2], "
+              f"mask int32[1, {args.max_num_patches}]")
+    diff = np.abs(got - expected)
+    print(f"agreement with the Keras model on {where}: max abs diff {diff.max():.3g}, mean abs diff {diff.mean():.3g}")
     return 0

@@ -24,7 +24,7 @@ from vit_keras.export.compare import (
     path_size,
 )
 from vit_keras.export.lite import QUANTIZATIONS, non_builtin_operators, tflite, tflite_operators, tflite_predict
-from vit_keras.export.naflex import naflex_saved_model
+from vit_keras.export.naflex import naflex_saved_model, naflex_tflite, naflex_tflite_predict
 from vit_keras.export.onnx import DEFAULT_OPSET, onnx_predict, onnx_session, to_onnx
 from vit_keras.export.serving import saved_model, signature_summary
 from vit_keras.export.signatures import BYTES_INPUT, IMAGES_INPUT, SERVE_BYTES, SERVING_DEFAULT, describe_model
@@ -47,6 +47,8 @@ __all__ = [
     "measure_agreement",
     "measure_latency",
     "naflex_saved_model",
+    "naflex_tflite",
+    "naflex_tflite_predict",
     "non_builtin_operators",
     "onnx_predict",
     "onnx_session",

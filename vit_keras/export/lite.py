@@ -104,8 +104,8 @@ def _tflite_module(model, spec):
     return module, serve
 
 
-def _converter(model, spec, workdir):
-    """A converter for the model's float signature, read back from a SavedModel.
+def _converter(module, serve, workdir):
+    """A converter for the module's float signature `serve`, read back from a SavedModel.
 
     Converting the in-memory Keras 3 model's concrete function leaves its weights as TFLite resource
     variables (unquantisable, and uninitialised at run time); the same function restored from a SavedModel
@@ -113,11 +113,53 @@ def _converter(model, spec, workdir):
     """
     import tensorflow as tf
 
-    module, serve = _tflite_module(model, spec)
     tf.saved_model.save(module, workdir, signatures={SERVING_DEFAULT: serve})
     loaded = tf.saved_model.load(workdir)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([loaded.signatures[SERVING_DEFAULT]], loaded)
     return converter, loaded
+
+
+def write_tflite(module, serve, path, quantization=None, calibration=None, integer_io=False, overwrite=False):
+    """Convert the `tf.function` `serve` of `module` (the `tf.Module` tracking its variables) to a TFLite file at
+    `path` with builtin ops only (`TFLITE_BUILTINS`, `TFLITE_BUILTINS_INT8` for int8), refusing a result with custom
+    ops, written to a temporary name and renamed into place. `calibration`: the int8 representative inputs, each a
+    list of the signature's arguments. Returns `path`.
+
+    Example:
+        >>> write_tflite(module, module.serve, "vit.tflite")  # doctest: +SKIP
+        'vit.tflite'
+    """
+    import tensorflow as tf
+
+    with tempfile.TemporaryDirectory(prefix="vit_tflite_") as workdir:
+        converter, _ = _converter(module, serve, workdir)
+        converter.target_spec.supported_ops = [
+            tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if quantization == "int8" else tf.lite.OpsSet.TFLITE_BUILTINS
+        ]
+        if quantization is not None:
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        if quantization == "float16":
+            converter.target_spec.supported_types = [tf.float16]
+        if calibration is not None:
+            converter.representative_dataset = lambda: iter(calibration)
+        if integer_io:
+            converter.inference_input_type = tf.uint8
+            converter.inference_output_type = tf.uint8
+        try:
+            flatbuffer = converter.convert()
+        except Exception as error:  # the converter raises its own ConverterError types
+            raise RuntimeError(
+                f"TFLite conversion ({quantization or 'float32'}) with builtin ops only failed; the model needs an "
+                f"op TFLite has no builtin kernel for (Flex/SELECT_TF_OPS is deliberately not used): "
+                f"{_conversion_summary(error)}"
+            ) from error
+
+    custom = non_builtin_operators(flatbuffer)
+    if custom:
+        raise RuntimeError(f"The converted model contains non-builtin ops {custom}; refusing to write it.")
+    with atomic_file(path, overwrite=overwrite) as tmp, open(tmp, "wb") as f:
+        f.write(flatbuffer)
+    return path
 
 
 def tflite_operators(tflite_model) -> list[str]:
@@ -210,8 +252,6 @@ def tflite(
         ...        representative_dataset=train_ds.map(lambda x, y: x).take(100))  # doctest: +SKIP
         'vit_int8.tflite'
     """
-    import tensorflow as tf
-
     quantization = _check_quantization(quantization)
     path = os.fspath(path)
     refuse_existing(path, overwrite)
@@ -224,35 +264,9 @@ def tflite(
     if integer_io and quantization != "int8":
         raise ValueError(f"integer_io=True needs quantization='int8' (full integer), not {quantization!r}.")
 
-    with tempfile.TemporaryDirectory(prefix="vit_tflite_") as workdir:
-        converter, _ = _converter(float32_model(model), spec, workdir)
-        converter.target_spec.supported_ops = [
-            tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if quantization == "int8" else tf.lite.OpsSet.TFLITE_BUILTINS
-        ]
-        if quantization is not None:
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        if quantization == "float16":
-            converter.target_spec.supported_types = [tf.float16]
-        if calibration is not None:
-            converter.representative_dataset = lambda: ([image] for image in calibration)
-        if integer_io:
-            converter.inference_input_type = tf.uint8
-            converter.inference_output_type = tf.uint8
-        try:
-            flatbuffer = converter.convert()
-        except Exception as error:  # the converter raises its own ConverterError types
-            raise RuntimeError(
-                f"TFLite conversion ({quantization or 'float32'}) with builtin ops only failed; the model needs an "
-                f"op TFLite has no builtin kernel for (Flex/SELECT_TF_OPS is deliberately not used): "
-                f"{_conversion_summary(error)}"
-            ) from error
-
-    custom = non_builtin_operators(flatbuffer)
-    if custom:
-        raise RuntimeError(f"The converted model contains non-builtin ops {custom}; refusing to write it.")
-    with atomic_file(path, overwrite=overwrite) as tmp, open(tmp, "wb") as f:
-        f.write(flatbuffer)
-    return path
+    module, serve = _tflite_module(float32_model(model), spec)
+    calibration = None if calibration is None else [[image] for image in calibration]
+    return write_tflite(module, serve, path, quantization, calibration, integer_io, overwrite)
 
 
 def quantize_input(runner, images):

@@ -1,10 +1,13 @@
-"""A SavedModel of a flexible (NaFlex) model that serves encoded images of any sizes: each image decoded, resized to
-its native-aspect-ratio size, cut into patches and padded inside the graph, with TensorFlow alone.
+"""Exports of a flexible (NaFlex) model: a SavedModel that serves encoded images of any sizes (each image decoded,
+resized to its native-aspect-ratio size, cut into patches and padded inside the graph, with TensorFlow alone), and a
+TFLite file of a fixed sequence length N, which takes any image of at most N patches padded to N.
 
 Example:
     >>> model = vit_keras.from_pretrained("siglip2-dir", flexible=True, include_top=False)  # doctest: +SKIP
     >>> naflex_saved_model(model, "models/siglip2", max_num_patches=256)  # doctest: +SKIP
     'models/siglip2/1'
+    >>> naflex_tflite(model, "siglip2.tflite", num_patches=256)  # doctest: +SKIP
+    'siglip2.tflite'
 """
 
 from __future__ import annotations
@@ -12,11 +15,19 @@ from __future__ import annotations
 import os
 
 import keras
+import numpy as np
 
 from vit_keras.configs import check_positive_int
-from vit_keras.export.signatures import BYTES_INPUT, SERVE_BYTES, SERVING_DEFAULT, check_encoded_image
-from vit_keras.files import atomic_directory
-from vit_keras.layers.flexible import INPUT_KEYS
+from vit_keras.export.lite import write_tflite
+from vit_keras.export.signatures import (
+    BYTES_INPUT,
+    SERVE_BYTES,
+    SERVING_DEFAULT,
+    check_encoded_image,
+    float32_model,
+)
+from vit_keras.files import atomic_directory, refuse_existing
+from vit_keras.layers.flexible import INPUT_KEYS, check_flexible_inputs
 from vit_keras.model_config import config_of
 from vit_keras.naflex_data import naflex_example
 
@@ -109,3 +120,104 @@ def naflex_saved_model(model, export_dir, max_num_patches: int, version: int = 1
     with atomic_directory(version_dir, overwrite=overwrite) as tmp:
         tf.saved_model.save(module, tmp, signatures=functions)
     return version_dir
+
+
+# TFLite quantizations a NaFlex file takes: full-integer int8 would need representative NaFlex batches to calibrate.
+NAFLEX_TFLITE_QUANTIZATIONS = (None, "float16", "dynamic_int8")
+
+
+def naflex_tflite(model, path, num_patches: int, batch_size=1, quantization=None, overwrite: bool = False) -> str:
+    """Convert a flexible (NaFlex) model to a TFLite file whose sequence length N is `num_patches`, with builtin
+    TFLite ops only (as `vit_keras.export.tflite`).
+
+    Its `serving_default` signature takes `patches` float32 (batch, N, P·P·C) as the model takes them (RGB in
+    [0, 255] when it was built with its preprocessing), `grid` int32 (batch, 2) and `mask` int32 (batch, N): any image
+    of at most N patches fits, padded and masked (`vit_keras.images.naflex_patches(images, patch_size, N)`); it
+    returns `outputs`, the model's output. `batch_size`: the file's batch (None: any, resized at run time).
+    TFLite drops the model's run-time checks of `grid` against `mask`: `naflex_tflite_predict` makes them before it
+    runs the file.
+
+    Args:
+        model: a model built with `flexible=True` (TensorFlow backend).
+        path: the `.tflite` file, written to a temporary name beside it and renamed into place.
+        num_patches: N, the longest image (in patches) the file takes.
+        batch_size: images per call (default 1), or None for any batch.
+        quantization: None (float32), `"float16"` or `"dynamic_int8"` (`NAFLEX_TFLITE_QUANTIZATIONS`).
+        overwrite: replace an existing `path` (otherwise a `ValueError`, raised before converting).
+
+    Returns:
+        `path`.
+
+    Example:
+        >>> naflex_tflite(model, "siglip2.tflite", num_patches=256)  # doctest: +SKIP
+        'siglip2.tflite'
+    """
+    import tensorflow as tf
+
+    features = _check_flexible(model)
+    num_patches = check_positive_int("num_patches", num_patches)
+    batch_size = check_positive_int("batch_size", batch_size, allow_none=True)
+    if quantization not in NAFLEX_TFLITE_QUANTIZATIONS:
+        raise ValueError(f"`quantization` of a NaFlex TFLite file must be one of {NAFLEX_TFLITE_QUANTIZATIONS}, got "
+                         f"{quantization!r} (full-integer int8 needs representative NaFlex batches to calibrate, "
+                         "which this export does not take).")
+    path = os.fspath(path)
+    refuse_existing(path, overwrite)
+    model = float32_model(model)
+
+    @tf.function(input_signature=[tf.TensorSpec((batch_size, num_patches, features), tf.float32, name="patches"),
+                                  tf.TensorSpec((batch_size, 2), tf.int32, name="grid"),
+                                  tf.TensorSpec((batch_size, num_patches), tf.int32, name="mask")], autograph=False)
+    def serve(patches, grid, mask):
+        return {OUTPUT_NAME: model({"patches": patches, "grid": grid, "mask": mask}, training=False)}
+
+    module = tf.Module(name="vit_naflex_tflite")
+    module.model_variables = list(model.variables)
+    module.serve = serve
+    return write_tflite(module, serve, path, quantization, overwrite=overwrite)
+
+
+def naflex_tflite_predict(path, batch, num_threads=None) -> np.ndarray:
+    """Run a TFLite file from `naflex_tflite` on a NaFlex batch (a dict of `patches`, `grid`, `mask`, as
+    `vit_keras.images.naflex_patches` makes it) with ai_edge_litert; returns its `outputs` as float32.
+
+    The batch is checked first (`check_flexible_inputs`): its sequence length must be the file's N, and each image's
+    `grid` must match its `mask`, with a `ValueError` that says which; a file of a fixed batch runs that many images
+    at a time.
+
+    Example:
+        >>> naflex_tflite_predict("siglip2.tflite", naflex_patches(images, 16, 256)).shape  # doctest: +SKIP
+        (2, 768)
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    missing = sorted(set(INPUT_KEYS) - set(batch)) if isinstance(batch, dict) else list(INPUT_KEYS)
+    if missing:
+        raise ValueError(f"A NaFlex batch is a dict of {list(INPUT_KEYS)} (vit_keras.images.naflex_patches); "
+                         f"{'got a ' + type(batch).__name__ if not isinstance(batch, dict) else f'missing {missing}'}.")
+    patches = np.asarray(batch["patches"], np.float32)
+    grid, mask = np.asarray(batch["grid"]).astype(np.int32), np.asarray(batch["mask"]).astype(np.int32)
+    interpreter = Interpreter(model_path=os.fspath(path), num_threads=num_threads)
+    runner = interpreter.get_signature_runner(SERVING_DEFAULT)
+    detail = runner.get_input_details()["patches"]
+    length, features = int(detail["shape"][1]), int(detail["shape"][2])
+    if patches.ndim != 3 or patches.shape[1:] != (length, features):
+        raise ValueError(f"{os.fspath(path)} takes NaFlex `patches` of shape (batch, {length}, {features}): N={length} "
+                         f"patches of {features} values; got {patches.shape}. Pad the images to N={length} "
+                         f"(vit_keras.images.naflex_patches(images, patch_size, {length})), or export the model "
+                         "with a longer num_patches.")
+    check_flexible_inputs(patches, grid, mask, features=features)
+    if not len(patches):
+        raise ValueError("Got an empty NaFlex batch; pass at least one image.")
+    fixed_batch = int(detail["shape_signature"][0])  # -1: any batch
+    step = fixed_batch if fixed_batch > 0 else max(len(patches), 1)
+    outputs = []
+    for start in range(0, len(patches), step):
+        part = slice(start, start + step)
+        count = len(patches[part])
+        pad = step - count if fixed_batch > 0 else 0
+        inputs = {"patches": patches[part], "grid": grid[part], "mask": mask[part]}
+        if pad:  # the last images of a fixed-batch file: repeated to fill it, their outputs dropped
+            inputs = {key: np.concatenate([value, np.repeat(value[-1:], pad, axis=0)]) for key, value in inputs.items()}
+        outputs.append(np.asarray(runner(**inputs)[OUTPUT_NAME], np.float32)[:count])
+    return np.concatenate(outputs)

@@ -111,6 +111,7 @@ def describe_model(model, include_preprocessing=None, allow_any_size=False) -> S
         'probabilities'
     """
     from vit_keras.layers import PatchEncoder, Patches
+    from vit_keras.layers.flexible import INPUT_KEYS
 
     if not isinstance(model, keras.Model):
         raise ValueError(
@@ -119,6 +120,12 @@ def describe_model(model, include_preprocessing=None, allow_any_size=False) -> S
         )
     layers = list(_walk_layers(model))
     encoders = [layer for layer in layers if isinstance(layer, PatchEncoder)]
+    if isinstance(model.input, dict) and set(model.input) == set(INPUT_KEYS):
+        raise ValueError(
+            f"Model {model.name!r} is a flexible (NaFlex) model, whose input is a dict of {list(INPUT_KEYS)}, not "
+            "images of one size; export it with vit_keras.export.naflex_saved_model (a SavedModel serving encoded "
+            "images of any size) or vit_keras.export.naflex_tflite (a TFLite file of a fixed sequence length)."
+        )
     if not any(isinstance(layer, Patches) for layer in layers) or not encoders:
         raise ValueError(
             f"Model {model.name!r} is not a vit_keras ViT (it has no Patches/PatchEncoder layers); export needs one "

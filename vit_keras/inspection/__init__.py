@@ -1,7 +1,8 @@
 """What a Vision Transformer learned, measured and drawn as in the paper (§4.5, App. D).
 
 - Attention maps: `attention_maps` (rollout and one layer's heads), `attention_weights`,
-  `attention_rollout`; drawn by `plot_attention_maps`.
+  `attention_rollout`; drawn by `plot_attention_maps`. A flexible (NaFlex) model's, each image at its own grid:
+  `flexible_attention_maps`.
 - Mean attention distance: `attention_distances` (per layer and head), `mean_attention_distance`;
   drawn by `plot_attention_distance`.
 - Position-embedding similarity: `position_embedding_similarity`; drawn by
@@ -25,6 +26,7 @@ from vit_keras.inspection.attention import (
     AttentionMaps,
     attention_maps,
     attention_rollout,
+    flexible_attention_maps,
     token_attention,
     upsample,
 )
@@ -43,15 +45,17 @@ from vit_keras.inspection.plots import (
     plot_position_embedding_similarity,
 )
 from vit_keras.inspection.position import cosine_similarity_grid, position_embedding_similarity, position_embeddings
-from vit_keras.inspection.probe import AttentionProbe, attention_weights
+from vit_keras.inspection.probe import AttentionProbe, FlexibleAttentionProbe, attention_weights
 
 __all__ = [
     "FIGURE_NAMES",
     "AttentionMaps",
     "AttentionProbe",
+    "FlexibleAttentionProbe",
     "EmbeddingFilters",
     "attention_distances",
     "attention_maps",
+    "flexible_attention_maps",
     "attention_rollout",
     "attention_weights",
     "cosine_similarity_grid",

@@ -8,7 +8,7 @@ import numbers
 import keras
 import numpy as np
 
-from vit_keras.inspection.probe import AttentionProbe
+from vit_keras.inspection.probe import AttentionProbe, FlexibleAttentionProbe
 
 
 def _check_attention(attention, name="attention") -> np.ndarray:
@@ -195,3 +195,46 @@ def attention_maps(model, images, layer: int = -1, batch_size: int = 8) -> Atten
         image_size=tuple(int(s) for s in images.shape[1:3]),
         patch_stride=probe.patch_stride,
     )
+
+
+def flexible_attention_maps(model, batch, layer: int = -1) -> list[AttentionMaps]:
+    """`attention_maps` of a flexible (NaFlex) model: for each image of the `batch` (`patches`, `grid`, `mask`, e.g.
+    `vit_keras.images.naflex_patches`), its maps at its own grid (rows x cols of its `grid`, the padding dropped).
+
+    Returns one `AttentionMaps` per image, with a batch of one: `rollout` `(1, rows, cols)`, `heads`
+    `(1, heads, rows, cols)`, `image_size` `(rows · P, cols · P)` (the image as it was cut into patches).
+
+    Example:
+        >>> import vit_keras
+        >>> from vit_keras.images import naflex_patches
+        >>> model = vit_keras.ViT(flexible=True, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
+        >>> images = [np.zeros((16, 40, 3)), np.zeros((24, 24, 3))]
+        >>> [maps.rollout.shape for maps in flexible_attention_maps(model, naflex_patches(images, 8, 10, resize=False))]
+        [(1, 2, 5), (1, 3, 3)]
+    """
+    from vit_keras.layers.flexible import check_flexible_inputs
+
+    probe = FlexibleAttentionProbe(model)
+    layer = resolve_layer(layer, probe.num_layers)
+    if not isinstance(batch, dict) or not {"patches", "grid", "mask"} <= set(batch):
+        raise ValueError("`batch` must be a NaFlex dict of `patches`, `grid` and `mask` "
+                         "(vit_keras.images.naflex_patches).")
+    batch = {key: np.asarray(keras.ops.convert_to_numpy(batch[key])) for key in ("patches", "grid", "mask")}
+    check_flexible_inputs(batch["patches"], batch["grid"], batch["mask"],
+                          features=int(model.input["patches"].shape[-1]))
+    attention = probe(batch)
+    prefix, patch = probe.num_prefix_tokens, probe.patch_size
+    maps = []
+    for index, (rows, cols) in enumerate(batch["grid"].astype(int).tolist()):
+        tokens = prefix + rows * cols
+        # The padding's columns are exactly 0 and its rows are dropped: the image's own matrices, rows summing to 1.
+        own = [a[index, :, :tokens, :tokens] for a in attention]
+        joint = attention_rollout(np.stack([a.mean(axis=0, keepdims=True) for a in own], axis=0))
+        maps.append(AttentionMaps(
+            rollout=token_attention(joint, prefix, (rows, cols))[None].astype(np.float32),
+            heads=token_attention(own[layer], prefix, (rows, cols))[None].astype(np.float32),
+            layer=layer,
+            image_size=(rows * patch, cols * patch),
+            patch_stride=(float(patch), float(patch)),
+        ))
+    return maps

@@ -289,6 +289,78 @@ class AttentionProbe:
             yield scores
 
 
+class FlexibleAttentionProbe:
+    """Read the attention weights of every Transformer block of a flexible (NaFlex) vit_keras model.
+
+    The model's own layers up to the first block run as a sub-model of it (the embedded tokens, their validity and
+    each image's RoPE tables), then each block is called with `return_attention_scores=True`, as `AttentionProbe`
+    does for image models.
+
+    Attributes:
+        blocks: the `TransformerBlock` layers, in order.
+        patch_size: pixels per patch side.
+        num_prefix_tokens: the class token and registers in front of the patches.
+
+    Example:
+        >>> import vit_keras
+        >>> from vit_keras.images import naflex_patches
+        >>> probe = FlexibleAttentionProbe(vit_keras.ViT(flexible=True, patch_size=8, hidden_size=48, num_layers=2,
+        ...                                              num_heads=3, mlp_dim=96))
+        >>> [a.shape for a in probe(naflex_patches([np.zeros((16, 24, 3))], 8, 8, resize=False))]
+        [(1, 3, 9, 9), (1, 3, 9, 9)]
+    """
+
+    def __init__(self, model):
+        from vit_keras.layers.flexible import INPUT_KEYS, FlexiblePatchEncoder
+
+        if not isinstance(model, keras.Model) or not isinstance(model.input, dict) or set(model.input) != set(
+                INPUT_KEYS):
+            raise ValueError(f"Expected a flexible (NaFlex) vit_keras model, whose input is a dict of "
+                             f"{list(INPUT_KEYS)} (built with flexible=True), got {getattr(model, 'name', model)!r}; "
+                             "inspect an image model with AttentionProbe / attention_maps.")
+        layers = _sub_layers(model)
+        self.model = model
+        self.blocks = [layer for layer in layers if isinstance(layer, TransformerBlock)]
+        encoder = _first(layers, FlexiblePatchEncoder)
+        if not self.blocks or encoder is None:
+            raise ValueError(f"Model {model.name!r} has no FlexiblePatchEncoder and Transformer blocks to inspect; "
+                             "pass the model vit_keras.ViT(flexible=True) or from_pretrained(flexible=True) built.")
+        self.patch_size = int(encoder.patch_size)
+        self.num_prefix_tokens = int(encoder.num_prefix_tokens)
+        nodes = [_node_in(model, block) for block in self.blocks]
+        for previous, node in zip(nodes[:-1], nodes[1:]):
+            if _block_argument(node, "x") is not _single(previous.output_tensors, "A block"):
+                raise ValueError(f"Block {node.operation.name!r} does not take the previous block's output; "
+                                 "inspection needs the Transformer blocks of a ViT as one chain.")
+        # Every block's token mask and RoPE tables (one tensor shared by the blocks, or one per block: "mixed").
+        arguments = [{name: node.arguments.kwargs.get(name) for name in ("token_mask", "rope")} for node in nodes]
+        tensors = []
+        for kwargs in arguments:
+            for tensor in kwargs.values():
+                if tensor is not None and all(tensor is not t for t in tensors):
+                    tensors.append(tensor)
+        self._arguments = [{name: next(i for i, t in enumerate(tensors) if t is tensor)
+                            for name, tensor in kwargs.items() if tensor is not None} for kwargs in arguments]
+        self._stage = keras.Model(model.input, [_block_argument(nodes[0], "x"), *tensors])
+
+    @property
+    def num_layers(self) -> int:
+        """How many Transformer blocks the model has."""
+        return len(self.blocks)
+
+    def __call__(self, batch) -> list[np.ndarray]:
+        """Attention weights of every block for a NaFlex batch (`patches`, `grid`, `mask`): a list of
+        `(B, heads, T, T)` float32 arrays over the prefix tokens and all N patch positions (the padding's columns
+        are 0; its rows are the padding's own queries)."""
+        x, *tensors = self._stage(batch, training=False)
+        scores = []
+        for block, names in zip(self.blocks, self._arguments):
+            kwargs = {name: tensors[index] for name, index in names.items()}
+            x, attention = block(x, training=False, return_attention_scores=True, all_tokens=True, **kwargs)
+            scores.append(np.asarray(keras.ops.convert_to_numpy(attention), dtype=np.float32))
+        return scores
+
+
 def _resnet_stride(resnet) -> int:
     return 4 * 2 ** max(len(resnet.config.num_layers) - 1, 0)
 

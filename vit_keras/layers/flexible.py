@@ -27,7 +27,7 @@ import numpy as np
 from keras import ops
 
 from vit_keras.layers.encoder import PatchEncoder
-from vit_keras.layers.interpolation import interpolation_weights
+from vit_keras.layers.interpolation import interpolation_weights, square_side
 
 INPUT_KEYS = ("patches", "grid", "mask")
 
@@ -141,8 +141,12 @@ class FlexiblePatchEncoder(PatchEncoder):
             return _sincos_2d_tokens(rows, cols, self.hidden_size)
         table = self.patch_position_embeddings()
         stored_rows, stored_cols = self.grid_size
-        out_rows = ops.broadcast_to(grid[:, :1], ops.shape(rows))
-        out_cols = ops.broadcast_to(grid[:, 1:], ops.shape(cols))
+        out_rows, out_cols = grid[:, :1], grid[:, 1:]
+        if self.pos_interpolation == "bilinear_crop":
+            # RADIO: the table resized to a square of the image grid's longer side, then its first rows and columns.
+            out_rows = out_cols = square_side((out_rows, out_cols))
+        out_rows = ops.broadcast_to(out_rows, ops.shape(rows))
+        out_cols = ops.broadcast_to(out_cols, ops.shape(cols))
         row_weights = interpolation_weights(self.pos_interpolation, stored_rows, rows, out_rows)
         col_weights = interpolation_weights(self.pos_interpolation, stored_cols, cols, out_cols)
         weights = row_weights[..., :, None] * col_weights[..., None, :]

@@ -4,6 +4,7 @@ pooling with a learned probe (MAP)."""
 from __future__ import annotations
 
 import keras
+import numpy as np
 from keras import ops
 
 from vit_keras.layers.checkpoint import nested, plain
@@ -143,7 +144,8 @@ class AttentionPoolingHead(SublayerPolicies, keras.layers.Layer):
     transformers `Aimv2AttentionPoolingHead`: `softmax(q·kᵀ/√d_h) v` per head with `q` the learned `cls_token` split
     into heads, then `output_proj` (with its bias); the key/value projections have biases when `qkv_bias`. No norm
     and no MLP, unlike `MAPHead`. It fills the same checkpoint slot as `MAPHead` (`MAPHead_0`): `probe` and the key,
-    value and output projections of `MultiHeadDotProductAttention_0`, in vit_jax's per-head layouts.
+    value and output projections of `MultiHeadDotProductAttention_0`, in vit_jax's per-head layouts. `token_mask`
+    (`(batch, tokens)`, true for real tokens) keeps a NaFlex batch's padding out of the attention, as `MAPHead`'s.
 
     Example:
         >>> tuple(AttentionPoolingHead(num_heads=2)(keras.ops.ones((2, 5, 8))).shape)
@@ -176,11 +178,16 @@ class AttentionPoolingHead(SublayerPolicies, keras.layers.Layer):
         self.value_dense.build(input_shape)
         self.output_dense.build((input_shape[0], self.num_heads, head_dim))
 
-    def call(self, x):
+    def call(self, x, token_mask=None):
         key, value = self.key_dense(x), self.value_dense(x)  # (batch, tokens, heads, head_dim)
         head_dim = key.shape[-1]
         query = ops.reshape(ops.cast(self.probe, x.dtype), (self.num_heads, head_dim))
         logits = ops.einsum("he,bthe->bht", query, key) * ops.cast(head_dim ** -0.5, x.dtype)
+        if token_mask is not None:
+            # The lowest finite value of the dtype: exp() of it, less the row's maximum, is exactly 0 (as the masked
+            # softmax of keras.layers.MultiHeadAttention), and never a NaN.
+            lowest = float(np.finfo(keras.backend.standardize_dtype(logits.dtype)).min)
+            logits = ops.where(ops.cast(token_mask, "bool")[:, None, :], logits, lowest)
         weights = ops.softmax(logits, axis=-1)
         return self.output_dense(ops.einsum("bht,bthe->bhe", weights, value))
 

@@ -51,16 +51,30 @@ def _check(head_dim, layout, grid_indexing):
                          "choose hidden_size / num_heads accordingly.")
 
 
-def _axis_positions(xp, size, layout, offset, ref):
-    """One axis' positions in float32, in timm's order of operations (so the rounding matches)."""
-    float_size = np.float32(size) if xp is np else ops.cast(size, "float32")
-    t = xp.arange(size, dtype="float32")
+def _axis_positions(t, size, layout, offset, ref):
+    """One axis' float32 positions of the cells `t` (float32 indices) of an axis of `size` cells (float32, a scalar
+    or one per cell), in timm's order of operations (so the rounding matches)."""
     if layout == "rotate_half":
-        return 2.0 * ((t + 0.5 + offset) / float_size) - 1.0
+        return 2.0 * ((t + 0.5 + offset) / size) - 1.0
     t = t + offset
     if ref is not None:
-        t = t / float_size * float(ref)
+        t = t / size * float(ref)
     return t
+
+
+def cell_coordinates(row, col, rows, cols, layout, grid_offset=0.0, ref_grid_size=None, grid_indexing="ij"):
+    """The two coordinate channels `(c0, c1)` of the cells (`row`, `col`) of grids of `rows` x `cols` cells: float32
+    NumPy arrays or tensors of one shape (every token of a fixed grid, or of each image of a NaFlex batch).
+
+    Example:
+        >>> [c.tolist() for c in cell_coordinates(np.float32([0, 1]), np.float32([1, 1]), np.float32(2),
+        ...                                       np.float32(2), "rotate_half")]
+        [[-0.5, 0.5], [0.5, 0.5]]
+    """
+    ref_h, ref_w = (None, None) if ref_grid_size is None else ref_grid_size
+    y = _axis_positions(row, rows, layout, grid_offset, ref_h)
+    x = _axis_positions(col, cols, layout, grid_offset, ref_w)
+    return (y, x) if grid_indexing == "ij" else (x, y)
 
 
 def rope_coordinates(xp, grid, layout, grid_offset=0.0, ref_grid_size=None, grid_indexing="ij"):
@@ -73,12 +87,14 @@ def rope_coordinates(xp, grid, layout, grid_offset=0.0, ref_grid_size=None, grid
         [[0.0, 1.0, 0.0, 1.0], [0.0, 0.0, 1.0, 1.0]]
     """
     height, width = grid
-    ref_h, ref_w = (None, None) if ref_grid_size is None else ref_grid_size
-    y = _axis_positions(xp, height, layout, grid_offset, ref_h)
-    x = _axis_positions(xp, width, layout, grid_offset, ref_w)
-    yy = xp.reshape(xp.reshape(y, (-1, 1)) + xp.zeros_like(xp.reshape(x, (1, -1))), (-1,))
-    xx = xp.reshape(xp.zeros_like(xp.reshape(y, (-1, 1))) + xp.reshape(x, (1, -1)), (-1,))
-    return (yy, xx) if grid_indexing == "ij" else (xx, yy)
+    index = xp.arange(height * width)
+    if xp is np:
+        row, col = (index // width).astype(np.float32), (index % width).astype(np.float32)
+        rows, cols = np.float32(height), np.float32(width)
+    else:
+        row, col = ops.cast(index // width, "float32"), ops.cast(index % width, "float32")
+        rows, cols = ops.cast(height, "float32"), ops.cast(width, "float32")
+    return cell_coordinates(row, col, rows, cols, layout, grid_offset, ref_grid_size, grid_indexing)
 
 
 def _bands(head_dim, temperature):
@@ -88,15 +104,22 @@ def _bands(head_dim, temperature):
 
 
 def _angles(xp, coords, head_dim, layout, temperature):
-    """`(N, D_h/2)` angles, the axes concatenated (c0's bands, then c1's)."""
+    """`(..., D_h/2)` angles of coordinates `(...)`, the axes concatenated (c0's bands, then c1's)."""
     num = head_dim // 4
     if layout == "rotate_half":
         periods = np.float32(temperature) ** (2.0 * np.arange(num, dtype=np.float32) / np.float32(head_dim // 2))
-        parts = [np.float32(2 * math.pi) * xp.reshape(c, (-1, 1)) / periods for c in coords]
+        parts = [np.float32(2 * math.pi) * c[..., None] / periods for c in coords]
     else:
         bands = _bands(head_dim, temperature)
-        parts = [xp.reshape(c, (-1, 1)) * bands for c in coords]
+        parts = [c[..., None] * bands for c in coords]
     return xp.concatenate(parts, axis=-1)
+
+
+def _mixed_angles(coords, freqs):
+    """RoPE-Mixed's `(..., depth, heads, D_h/2)` angles `c0 · f0 + c1 · f1` of coordinates `(...)` and the learned
+    `freqs` `(2, depth, heads, D_h/2)`."""
+    c0, c1 = (c[..., None, None, None] for c in coords)
+    return c0 * freqs[0] + c1 * freqs[1]
 
 
 def _layout(xp, values, layout):
@@ -104,6 +127,11 @@ def _layout(xp, values, layout):
     if layout == "rotate_half":
         return xp.concatenate([values, values], axis=-1)
     return xp.repeat(values, 2, axis=-1)
+
+
+def _sin_cos(xp, angles, layout):
+    """`[sin | cos]` of `angles` `(..., D_h/2)`, laid out: `(..., 2·D_h)`."""
+    return xp.concatenate([_layout(xp, xp.sin(angles), layout), _layout(xp, xp.cos(angles), layout)], axis=-1)
 
 
 def rope_tables(head_dim, layout, grid, temperature=None, grid_offset=0.0, ref_grid_size=None, grid_indexing="ij",
@@ -122,8 +150,7 @@ def rope_tables(head_dim, layout, grid, temperature=None, grid_offset=0.0, ref_g
         raise ValueError("The 'mixed' layout's tables depend on its learned frequencies: use RotaryEmbedding2D.")
     temperature = DEFAULT_TEMPERATURE[layout] if temperature is None else float(temperature)
     coords = rope_coordinates(xp, grid, layout, grid_offset, ref_grid_size, grid_indexing)
-    angles = _angles(xp, coords, int(head_dim), layout, temperature)
-    return xp.concatenate([_layout(xp, xp.sin(angles), layout), _layout(xp, xp.cos(angles), layout)], axis=-1)
+    return _sin_cos(xp, _angles(xp, coords, int(head_dim), layout, temperature), layout)
 
 
 def rotate(x, layout):
@@ -144,9 +171,10 @@ def apply_rope(x, sin, cos, layout, num_prefix_tokens=0):
     """Rotate the patch tokens of `x` `(batch, tokens, heads, head_dim)`; the first `num_prefix_tokens` pass as is.
 
     `sin`/`cos` are `(N, head_dim)` (shared by the heads) or `(N, heads, head_dim)` (`"mixed"`), for the N patch
-    tokens of the whole grid. `x` may hold fewer tokens than `num_prefix_tokens + N` (the queries of a block that
-    computes its first tokens only): its patch tokens are the grid's first ones, and take the first rows. The
-    rotation is computed in the tables' dtype (float32) and cast back, as timm does.
+    tokens of the whole grid, or `(batch, N, 1 or heads, head_dim)`: each image's own (a NaFlex batch). `x` may hold
+    fewer tokens than `num_prefix_tokens + N` (the queries of a block that computes its first tokens only): its patch
+    tokens are the grid's first ones, and take the first rows. The rotation is computed in the tables' dtype
+    (float32) and cast back, as timm does.
 
     Example:
         >>> sin, cos = np.zeros((2, 4), "float32"), np.ones((2, 4), "float32")
@@ -157,11 +185,14 @@ def apply_rope(x, sin, cos, layout, num_prefix_tokens=0):
     sin, cos = ops.convert_to_tensor(sin), ops.convert_to_tensor(cos)
     if len(sin.shape) == 2:
         sin, cos = sin[:, None, :], cos[:, None, :]
+    if len(sin.shape) == 3:
+        sin, cos = sin[None], cos[None]
+    # (batch or 1, N, heads or 1, head_dim) against x's (batch, tokens, heads, head_dim)
     prefix, patches = x[:, :num_prefix_tokens], x[:, num_prefix_tokens:]
-    tokens, rows = patches.shape[1], sin.shape[0]
+    tokens, rows = patches.shape[1], sin.shape[1]
     if tokens is None or rows is None or tokens != rows:
         count = ops.shape(patches)[1]
-        sin, cos = sin[:count], cos[:count]
+        sin, cos = sin[:, :count], cos[:, :count]
     patches = ops.cast(patches, sin.dtype)
     patches = ops.cast(patches * cos + rotate(patches, "rotate_half" if layout == "rotate_half" else "interleaved")
                        * sin, dtype)
@@ -188,6 +219,11 @@ class RotaryEmbedding2D(keras.layers.Layer):
     give numpy constants, unknown ones in-graph tables) or, with `grid_size=(H, W)` set, on any tensor of the model
     (the tables are then constants). It returns `[sin | cos]` `(H·W, 2·head_dim)`, or for `"mixed"` a list of
     `depth` tables `(H·W, heads, 2·head_dim)`, one per block.
+
+    Called on a NaFlex `mask` `(batch, N)` with `grid=` `(batch, 2)` (each image's rows and columns,
+    `vit_keras.layers.flexible`), it gives each image the tables of its own grid at its tokens' cells, with the same
+    maths: `(batch, N, 1, 2·head_dim)`, or for `"mixed"` `depth` tables `(batch, N, heads, 2·head_dim)`. The padding
+    tokens get finite values of cells past the grid (they are masked out of the attention).
 
     `"mixed"` holds the learned frequencies `freqs` `(2, depth, heads, head_dim/2)` (timm `rope.freqs`), initialised
     as timm does (random rotation per layer and head of the θ-bands).
@@ -218,7 +254,7 @@ class RotaryEmbedding2D(keras.layers.Layer):
         self.depth = None if depth is None else int(depth)
         self.num_heads = None if num_heads is None else int(num_heads)
 
-    def build(self, input_shape):
+    def build(self, x_shape, grid_shape=None):
         if self.layout == "mixed":
             self.freqs = self.add_weight(name="freqs", shape=(2, self.depth, self.num_heads, self.head_dim // 2),
                                          initializer=self._initial_freqs, dtype="float32")
@@ -243,21 +279,36 @@ class RotaryEmbedding2D(keras.layers.Layer):
             return shape[1], shape[2]
         return int(height), int(width)
 
-    def call(self, x):
+    def call(self, x, grid=None):
+        if grid is not None:
+            return self._tables(self._image_coordinates(x, grid), ops, per_image=True)
         grid = self._grid(x)
         xp = np if all(isinstance(size, int) for size in grid) else ops
+        layout = "interleaved" if self.layout == "mixed" else self.layout
+        coords = rope_coordinates(xp, grid, layout, self.grid_offset, self.ref_grid_size, self.grid_indexing)
+        return self._tables(coords, xp, per_image=False)
+
+    def _image_coordinates(self, mask, grid):
+        """Each token's coordinates in its own image's grid: `(batch, N)` each."""
+        grid = ops.cast(grid, "int32")
+        index = ops.arange(ops.shape(mask)[1], dtype="int32")[None, :]
+        cols = ops.maximum(grid[:, 1:], 1)
+        row, col = ops.cast(index // cols, "float32"), ops.cast(index % cols, "float32")
+        rows, cols = ops.cast(ops.maximum(grid[:, :1], 1), "float32"), ops.cast(cols, "float32")
+        layout = "interleaved" if self.layout == "mixed" else self.layout
+        return cell_coordinates(row, col, rows, cols, layout, self.grid_offset, self.ref_grid_size,
+                                self.grid_indexing)
+
+    def _tables(self, coords, xp, per_image):
+        """The tables of coordinates `(c0, c1)` (`(N,)` each, or `(batch, N)` with `per_image`)."""
         if self.layout != "mixed":
-            tables = rope_tables(self.head_dim, self.layout, grid, self.temperature, self.grid_offset,
-                                 self.ref_grid_size, self.grid_indexing, xp=xp)
-            return ops.convert_to_tensor(tables, "float32")
-        c0, c1 = (ops.convert_to_tensor(c, "float32")
-                  for c in rope_coordinates(xp, grid, "interleaved", self.grid_offset, None, self.grid_indexing))
-        freqs = ops.cast(self.freqs, "float32")
-        # (N, 1, 1) · (1, depth, heads, D_h/2) -> (N, depth, heads, D_h/2)
-        angles = c0[:, None, None, None] * freqs[0][None] + c1[:, None, None, None] * freqs[1][None]
-        tables = ops.concatenate([_layout(ops, ops.sin(angles), "interleaved"),
-                                  _layout(ops, ops.cos(angles), "interleaved")], axis=-1)
-        return [tables[:, i] for i in range(self.depth)]
+            tables = _sin_cos(xp, _angles(xp, coords, self.head_dim, self.layout, self.temperature), self.layout)
+            tables = ops.convert_to_tensor(tables, "float32")
+            return tables[:, :, None, :] if per_image else tables
+        coords = [ops.convert_to_tensor(c, "float32") for c in coords]
+        # (..., depth, heads, D_h/2)
+        tables = _sin_cos(ops, _mixed_angles(coords, ops.cast(self.freqs, "float32")), "interleaved")
+        return [tables[..., i, :, :] for i in range(self.depth)]
 
     def _num_positions(self, input_shape):
         if self.grid_size is not None:
@@ -266,8 +317,13 @@ class RotaryEmbedding2D(keras.layers.Layer):
             return None
         return input_shape[1] * input_shape[2]
 
-    def compute_output_shape(self, input_shape):
-        n = self._num_positions(input_shape)
+    def compute_output_shape(self, x_shape, grid_shape=None):
+        if grid_shape is not None:
+            batch, n = x_shape[0], x_shape[1]
+            if self.layout != "mixed":
+                return (batch, n, 1, 2 * self.head_dim)
+            return [(batch, n, self.num_heads, 2 * self.head_dim) for _ in range(self.depth)]
+        n = self._num_positions(x_shape)
         if self.layout != "mixed":
             return (n, 2 * self.head_dim)
         return [(n, self.num_heads, 2 * self.head_dim) for _ in range(self.depth)]
