@@ -35,11 +35,14 @@ docs: $(STAMP)
 # when it takes over 1.5 s on 2 cores, its fixtures' setup included (`pytest --durations=0` shows each phase), or
 # when it starts a Python process, trains for epochs, exports SavedModel/TFLite/ONNX files, or runs a notebook or
 # the demo; a parametrized test is marked whole when one of its cases is. `pytest -m slow` runs only those.
+# Both spread the test files over TEST_WORKERS pytest processes (pytest-xdist, one file per process at a time, so a
+# file's module fixtures are built once): many tests wait on subprocesses, file writes and Python, not on the CPU.
+TEST_WORKERS ?= 2
 test: lint docs
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 test-fast: lint
-	$(BIN)/python -m pytest -q -m "not slow" --durations=10
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" --durations=10
 
 # The numerics-sensitive tests (pytest -m numerics) once per setting that changes float arithmetic: oneDNN capped
 # at lower instruction sets or off, TFLite without XNNPACK, 1 and 2 threads. Prints each bound beside the spread
