@@ -14,6 +14,7 @@ Margin, per setting, the smallest shown: bound / value for an upper bound; for a
 
     python scripts/test_numerics.py                   # every setting, table to stdout and numerics_report.md
     python scripts/test_numerics.py --settings default,onednn_off -- -k agreement
+    python scripts/test_numerics.py --files tests/test_family2_export.py
 """
 
 from __future__ import annotations
@@ -110,11 +111,11 @@ class Result:
     bounds: dict = field(default_factory=dict)  # (test, property) -> "< x" / ">= x"
 
 
-def run_setting(setting: Setting, python: str, pytest_args: list, workdir: str) -> Result:
+def run_setting(setting: Setting, python: str, pytest_args: list, workdir: str, files=TEST_FILES) -> Result:
     xml_path = os.path.join(workdir, f"{setting.name}.xml")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"), **setting.env}
     command = [python, "-m", "pytest", "-q", "-m", "numerics", "-p", "no:cacheprovider", "--junitxml", xml_path,
-               *TEST_FILES, *pytest_args]
+               *files, *pytest_args]
     completed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     result = Result(setting.name)
     if not os.path.exists(xml_path):
@@ -179,8 +180,13 @@ def main(argv=None) -> int:
     parser.add_argument("--report", default=os.path.join(ROOT, "numerics_report.md"), help="markdown log file")
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs pytest")
     parser.add_argument("--all", action="store_true", help="run instruction-set caps this CPU cannot change too")
+    parser.add_argument("--files", help="comma-separated test files (default: " + ", ".join(TEST_FILES) + ")")
     args, pytest_args = parser.parse_known_args(argv)
     pytest_args = [a for a in pytest_args if a != "--"]
+    files = [f.strip() for f in args.files.split(",") if f.strip()] if args.files else TEST_FILES
+    missing = [f for f in files if not os.path.exists(os.path.join(ROOT, f))]
+    if missing:
+        parser.error(f"--files: no such test file {missing} (paths relative to {ROOT})")
     chosen = SETTINGS
     if args.settings:
         wanted = args.settings.split(",")
@@ -211,7 +217,7 @@ def main(argv=None) -> int:
                     f"{best_isa(flags)}, the cap {setting.isa} is not below it); it runs where the CPU has more")
                 continue
             start = time.monotonic()
-            result = run_setting(setting, args.python, pytest_args, workdir)
+            result = run_setting(setting, args.python, pytest_args, workdir, files)
             results.append(result)
             status = "ok" if not result.failed else f"FAILED ({len(result.failed)})"
             say(f"- {setting.name}: {env_text} ({setting.what}): {result.passed} passed, {status}, "
