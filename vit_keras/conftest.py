@@ -36,6 +36,9 @@ collect_ignore += ["vit.py", "utils.py", "visualize.py"]
 
 # Modules whose examples run TensorFlow itself (SavedModel, TFLite, tf.data, tf.distribute).
 TF_ONLY_MODULES = ("vit_keras.export", "vit_keras.data", "vit_keras.datasets", "vit_keras.training")
+# Modules whose examples run keras.distribution, which vit_keras supports on the JAX backend only: they run with
+# KERAS_BACKEND=jax (`KERAS_BACKEND=jax pytest vit_keras/training/parallel.py`).
+JAX_ONLY_MODULES = ("vit_keras.training.parallel",)
 
 
 # The vit-keras 0.2.0 compatibility modules warn (FutureWarning) on purpose; their examples show the calls.
@@ -63,7 +66,10 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.filterwarnings("ignore:Layer .* does not have a `quantize`:UserWarning"))
         if item.name.startswith(COMPATIBILITY_MODULES):
             item.add_marker(pytest.mark.filterwarnings("ignore:.*vit-keras 0.2.0's API:FutureWarning"))
-        if backend != "tensorflow" and item.name.startswith(TF_ONLY_MODULES):
+        if item.name.startswith(JAX_ONLY_MODULES):
+            if backend != "jax":
+                item.add_marker(pytest.mark.skip(reason=f"needs the JAX backend (KERAS_BACKEND={backend})"))
+        elif backend != "tensorflow" and item.name.startswith(TF_ONLY_MODULES):
             item.add_marker(skip)
 
 
