@@ -51,8 +51,21 @@ SLOW_EXAMPLES = {
     "vit_keras.export",
     "vit_keras.export.compare.export_and_compare",
     "vit_keras.export.lite.tflite",
+    "vit_keras.export.naflex",
+    "vit_keras.export.naflex.naflex_saved_model",
     "vit_keras.export.onnx.to_onnx",
     "vit_keras.export.serving.saved_model",
+    "vit_keras.models.ViTR26B32",
+    "vit_keras.models.ViTR26S32",
+    "vit_keras.models.ViTR50B16",
+    "vit_keras.models.ViTR50L32",
+    "vit_keras.training.evaluation.evaluate",
+    "vit_keras.training.evaluation.few_shot_probe",
+    "vit_keras.training.evaluation.inference_function",
+    "vit_keras.training.evaluation.predict_dataset",
+    "vit_keras.training.loop.fit_segments",
+    "vit_keras.training.loop.train",
+    "vit_keras.training.masked_pretrain.masked_patch_pretrain",
 }
 
 
