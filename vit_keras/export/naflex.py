@@ -2,8 +2,9 @@
 its native-aspect-ratio size, cut into patches and padded inside the graph, with TensorFlow alone.
 
 Example:
-    >>> model = vit_keras.from_pretrained("siglip2-dir", flexible=True, include_top=False)  # doctest: +SKIP
-    >>> naflex_saved_model(model, "models/siglip2", max_num_patches=256)  # doctest: +SKIP
+    >>> siglip2 = "tests/fixtures/family2/hf_siglip2_naflex/checkpoint"  # a tiny SigLIP 2 NaFlex directory
+    >>> model = vit_keras.from_pretrained(siglip2, flexible=True, include_top=False)
+    >>> naflex_saved_model(model, "models/siglip2", max_num_patches=256)
     'models/siglip2/1'
 """
 
@@ -40,7 +41,11 @@ def build_naflex_module(model, max_num_patches: int, max_image_pixels=None):
     `tf.function`s, and the signatures dict to save it with.
 
     Example:
-        >>> module, signatures = build_naflex_module(model, 256)  # doctest: +SKIP
+        >>> siglip2 = "tests/fixtures/family2/hf_siglip2_naflex/checkpoint"  # a tiny SigLIP 2 NaFlex directory
+        >>> model = vit_keras.from_pretrained(siglip2, flexible=True, include_top=False)
+        >>> module, signatures = build_naflex_module(model, 256)
+        >>> sorted(signatures)
+        ['serve_bytes', 'serving_default']
     """
     import tensorflow as tf
 
@@ -95,7 +100,9 @@ def naflex_saved_model(model, export_dir, max_num_patches: int, version: int = 1
     The directory is written beside its place and renamed into it; an existing version needs `overwrite=True`.
 
     Example:
-        >>> naflex_saved_model(model, "models/siglip2", max_num_patches=256)  # doctest: +SKIP
+        >>> siglip2 = "tests/fixtures/family2/hf_siglip2_naflex/checkpoint"  # a tiny SigLIP 2 NaFlex directory
+        >>> model = vit_keras.from_pretrained(siglip2, flexible=True, include_top=False)
+        >>> naflex_saved_model(model, "models/siglip2", max_num_patches=256)
         'models/siglip2/1'
     """
     import tensorflow as tf
