@@ -92,6 +92,7 @@ def tiny_model():
 
 
 def digits(split):
+    pytest.importorskip("sklearn", reason="the digits come with scikit-learn (the [train] extra)")
     import tensorflow as tf
 
     from vit_keras.datasets.digits import digits_arrays
