@@ -7,8 +7,8 @@ Example:
     'models/vit/1'
     >>> export.tflite(model, "vit.tflite")  # or quantization="int8" with a representative_dataset
     'vit.tflite'
-    >>> export.to_onnx(model, "vit.onnx")
-    'vit.onnx'
+
+`export.to_onnx(model, "vit.onnx")` writes the ONNX file the same way (see `vit_keras.export.onnx`).
 """
 
 from vit_keras.export.compare import (

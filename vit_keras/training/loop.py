@@ -193,9 +193,11 @@ def fit_segments(model, make_train_dataset, start: int, total: int, per_epoch: i
 
     Example:
         >>> import tensorflow as tf
-        >>> tiny_model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", jit_compile=False)
-        >>> make_dataset = lambda start_step: tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(4)
-        >>> history = fit_segments(tiny_model, make_dataset, 0, 4, 2, None, [], 0)  # 4 steps in epochs of 2
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(10)])  # any compiled Keras model
+        >>> model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        >>> examples = tf.data.Dataset.from_tensor_slices((np.ones((8, 4), "float32"), np.arange(8) % 10))
+        >>> make_dataset = lambda start_step: examples.repeat().skip(start_step * 4).batch(4)  # from that step
+        >>> history = fit_segments(model, make_dataset, 0, 4, 2, None, [], 0)  # 4 steps in epochs of 2
         >>> len(history["loss"])
         2
     """
@@ -289,7 +291,7 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
         >>> build = lambda: vit_keras.ViT(image_size=16, patch_size=4, hidden_size=48, num_layers=2,
         ...                               num_heads=3, mlp_dim=96, classes=10, dropout_rate=config.dropout_rate,
         ...                               attention_dropout_rate=config.attention_dropout_rate)
-        >>> result = train(build, digits, config, output_dir="run", validation_data=digits_test, verbose=0)
+        >>> result = train(build, digits, config, output_dir="run", verbose=0)  # validation_data=...: validates too
         >>> result.updates, sorted(result.metrics)[:2], sorted(os.listdir("run"))
         (2, ['accuracy', 'loss'], ['backup', 'checkpoints', 'logs', 'results.json'])
     """
