@@ -5,10 +5,17 @@ fresh temporary working directory (files an example writes vanish with it) in wh
 repository's tests, so examples read the bundled checkpoints as `tests/fixtures/...`. Modules whose optional
 dependency is missing are not collected, and examples of TensorFlow-only modules are skipped on other backends, as
 tests/conftest.py does for the tests.
+
+Examples may also use these names, made only for the examples that mention them (`EXAMPLE_NAMES`): `tiny_model`
+(a 10-class ViT on 32x32 images: patch 8, hidden 48, 2 blocks, 3 heads, MLP 96, the same weights every time),
+`images` / `labels` (8 random RGB images in [0, 255] at 32x32, and class ids), `digits` / `digits_test`
+(scikit-learn's bundled 8x8 digits as `vit_keras.data.Split`s, train and test), and `saved_model_dir`,
+`tflite_file`, `onnx_file`: `tiny_model` exported once per test session (read them, do not write them).
 """
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -30,32 +37,130 @@ collect_ignore += ["vit.py", "utils.py", "visualize.py", "data.py"]
 
 # Modules whose examples run TensorFlow itself (SavedModel, TFLite, tf.data, tf.distribute).
 TF_ONLY_MODULES = ("vit_keras.export", "vit_keras.datasets", "vit_keras.training")
+# Modules whose examples run keras.distribution, which vit_keras supports on the JAX backend only: they run with
+# KERAS_BACKEND=jax (`KERAS_BACKEND=jax pytest vit_keras/training/parallel.py`).
+JAX_ONLY_MODULES = ("vit_keras.training.parallel",)
 
 
 # The vit-keras 0.2.0 compatibility modules warn (FutureWarning) on purpose; their examples show the calls.
 COMPATIBILITY_MODULES = ("vit_keras.utils", "vit_keras.vit", "vit_keras.visualize", "vit_keras.migration")
 
 
+# Examples that export, train or build large models (over 1.5 s on 2 cores, as the Makefile's slow rule says):
+# marked slow, so `make test-fast` leaves them out. Names as pytest shows them, without the module's path.
+SLOW_EXAMPLES = {
+    "vit_keras.export",
+    "vit_keras.export.compare.export_and_compare",
+    "vit_keras.export.lite.tflite",
+    "vit_keras.export.naflex",
+    "vit_keras.export.naflex.naflex_saved_model",
+    "vit_keras.export.onnx.to_onnx",
+    "vit_keras.export.serving.saved_model",
+    "vit_keras.models.ViTR26B32",
+    "vit_keras.models.ViTR26S32",
+    "vit_keras.models.ViTR50B16",
+    "vit_keras.models.ViTR50L32",
+    "vit_keras.training.evaluation.evaluate",
+    "vit_keras.training.evaluation.few_shot_probe",
+    "vit_keras.training.evaluation.inference_function",
+    "vit_keras.training.evaluation.predict_dataset",
+    "vit_keras.training.loop.fit_segments",
+    "vit_keras.training.loop.train",
+    "vit_keras.training.masked_pretrain.masked_patch_pretrain",
+}
+
+
 def pytest_collection_modifyitems(config, items):
     backend = keras.backend.backend()
     skip = pytest.mark.skip(reason=f"needs the TensorFlow backend (KERAS_BACKEND={backend})")
     for item in items:
+        if item.name in SLOW_EXAMPLES or _names_used(item) & set(SESSION_FILES):
+            item.add_marker(pytest.mark.slow)  # an example that reads a session file may be the one that makes it
         # model.quantize says which layers (InputLayer, Dropout, ...) have nothing to quantize.
         item.add_marker(pytest.mark.filterwarnings("ignore:Layer .* does not have a `quantize`:UserWarning"))
         if item.name.startswith(COMPATIBILITY_MODULES):
             item.add_marker(pytest.mark.filterwarnings("ignore:.*vit-keras 0.2.0's API:FutureWarning"))
-        if backend != "tensorflow" and item.name.startswith(TF_ONLY_MODULES):
+        if item.name.startswith(JAX_ONLY_MODULES):
+            if backend != "jax":
+                item.add_marker(pytest.mark.skip(reason=f"needs the JAX backend (KERAS_BACKEND={backend})"))
+        elif backend != "tensorflow" and item.name.startswith(TF_ONLY_MODULES):
             item.add_marker(skip)
 
 
+def tiny_model():
+    return vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96,
+                         classes=10)
+
+
+def digits(split):
+    pytest.importorskip("sklearn", reason="the digits come with scikit-learn (the [train] extra)")
+    import tensorflow as tf
+
+    from vit_keras.datasets.digits import digits_arrays
+
+    return vit_keras.data.load(tf.data.Dataset.from_tensor_slices(digits_arrays(split)), num_classes=10)
+
+
+def _exported(export):
+    """`tiny_model` exported by `export(model, directory)` into a directory kept for the whole session."""
+
+    def make(session_dir):
+        keras.utils.clear_session(free_memory=False)
+        keras.utils.set_random_seed(0)  # the weights `tiny_model` gets in the example
+        return export(tiny_model(), session_dir)
+
+    return make
+
+
+def _saved_model(model, directory):
+    return vit_keras.export.saved_model(model, str(directory / "saved_model"), version=1)
+
+
+def _tflite(model, directory):
+    return vit_keras.export.tflite(model, str(directory / "vit.tflite"))
+
+
+def _onnx(model, directory):
+    return vit_keras.export.to_onnx(model, str(directory / "vit.onnx"))
+
+
+# Names an example may use without defining them: made afresh for each example that mentions them.
+EXAMPLE_NAMES = {
+    "tiny_model": tiny_model,
+    "images": lambda: np.random.default_rng(0).uniform(0, 255, (8, 32, 32, 3)).astype("float32"),
+    "labels": lambda: np.arange(8) % 10,
+    "digits": lambda: digits("train"),
+    "digits_test": lambda: digits("test"),
+}
+# Files made once per session (exports take seconds each), shared by the examples that read them.
+SESSION_FILES = {"saved_model_dir": _exported(_saved_model), "tflite_file": _exported(_tflite),
+                 "onnx_file": _exported(_onnx)}
+_session_files: dict = {}
+
+
+def _names_used(item) -> set:
+    dtest = getattr(item, "dtest", None)
+    source = "\n".join(example.source for example in dtest.examples) if dtest else ""
+    return {name for name in (*EXAMPLE_NAMES, *SESSION_FILES) if re.search(rf"\b{name}\b", source)}
+
+
 @pytest.fixture(autouse=True)
-def _doctest_environment(doctest_namespace, tmp_path, monkeypatch):
+def _doctest_environment(request, doctest_namespace, tmp_path, tmp_path_factory, monkeypatch):
     doctest_namespace.update(np=np, keras=keras, vit_keras=vit_keras)
+    used = _names_used(request.node)
+    for name in sorted(used & set(SESSION_FILES)):
+        if name not in _session_files:
+            _session_files[name] = SESSION_FILES[name](tmp_path_factory.mktemp(name))
+        doctest_namespace[name] = _session_files[name]
     if (REPOSITORY / "tests" / "fixtures").is_dir():
         (tmp_path / "tests").symlink_to(REPOSITORY / "tests", target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     keras.utils.clear_session(free_memory=False)  # automatic layer names start afresh (gc.collect is slow)
     keras.mixed_precision.set_global_policy("float32")
     keras.utils.set_random_seed(0)
+    for name in sorted(used & set(EXAMPLE_NAMES), key=list(EXAMPLE_NAMES).index):
+        doctest_namespace[name] = EXAMPLE_NAMES[name]()
     yield
+    for name in used:
+        doctest_namespace.pop(name, None)
     keras.mixed_precision.set_global_policy("float32")

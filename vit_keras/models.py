@@ -549,8 +549,11 @@ def ViT(
         >>> any_size = ViT(image_size=None, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
         >>> any_size(np.zeros((1, 40, 64, 3), np.float32)).shape
         TensorShape([1, 1000])
-        >>> model = ViT(image_size=(128, 256), patch_size=16, weights="wide.npz", source_grid=(4, 16),
-        ...             interpolation="bicubic")  # doctest: +SKIP
+        >>> model = ViT(image_size=(64, 128), patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96,
+        ...             classes=7, weights="tests/fixtures/vitjax_token_raw/checkpoint.npz",  # trained at 64x64
+        ...             interpolation="bicubic")  # its 8x8 position grid resampled to 8x16
+        >>> model.output_shape
+        (None, 7)
     """
     architecture = translate_aliases(architecture)
     unknown = sorted(set(architecture) - set(config_fields()) - {"image_size"})
@@ -795,9 +798,14 @@ M={config.mlp_dim}, {config.num_heads} heads, {config.num_layers} layers{hybrid}
     non-square stored grid) say how its position embeddings are resampled, as in `vit_keras.load_weights`.
     `dtype`: a policy name, `keras.DTypePolicy` or `DTypePolicyMap` of layer paths (quantized layers), as in `ViT`.
 
+    For example `vit_keras.{function_name}(image_size=224, classes=10)` for a 10-class head, or
+    `vit_keras.{function_name}(image_size=448, weights=..., interpolation="bicubic")` to fine-tune a checkpoint at a
+    higher resolution. A variant with fewer blocks (a quick test model) is one override away:
+
     Example:
-        >>> model = vit_keras.{function_name}(image_size=224, classes=10)  # doctest: +SKIP
-        >>> model = vit_keras.{function_name}(image_size=448, weights="...", interpolation="bicubic")  # doctest: +SKIP
+        >>> model = vit_keras.{function_name}(image_size=224, classes=10, num_layers=1)
+        >>> model.output_shape
+        (None, 10)
     """
     return constructor
 

@@ -94,7 +94,11 @@ def naflex_map(patch_size: int, max_num_patches: int, resize: bool = True):
     `naflex_example`. Batch the mapped dataset with `batch()`: every example is padded to `max_num_patches`.
 
     Example:
-        >>> ds = images_and_labels.map(naflex_map(16, 256)).batch(32)  # doctest: +SKIP
+        >>> import tensorflow as tf
+        >>> images_and_labels = tf.data.Dataset.from_tensor_slices((tf.zeros((4, 48, 80, 3)), [3, 7, 1, 0]))
+        >>> examples, labels = next(iter(images_and_labels.map(naflex_map(16, 256)).batch(2)))
+        >>> examples["patches"].shape, examples["grid"].numpy().tolist(), labels.numpy().tolist()
+        (TensorShape([2, 256, 768]), [[12, 20], [12, 20]], [3, 7])
     """
     patch_size = check_positive_int("patch_size", patch_size)
     max_num_patches = check_positive_int("max_num_patches", max_num_patches)

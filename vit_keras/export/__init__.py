@@ -2,13 +2,13 @@
 
 Example:
     >>> from vit_keras import export
-    >>> export.saved_model(model, "models/vit", version=1)  # doctest: +SKIP
+    >>> model = tiny_model  # a trained 10-class ViT on 32x32 images
+    >>> export.saved_model(model, "models/vit", version=1)
     'models/vit/1'
-    >>> export.tflite(model, "vit_int8.tflite", quantization="int8", representative_dataset=x_train[:100])
-    ... # doctest: +SKIP
-    'vit_int8.tflite'
-    >>> export.to_onnx(model, "vit.onnx")  # doctest: +SKIP
-    'vit.onnx'
+    >>> export.tflite(model, "vit.tflite")  # or quantization="int8" with a representative_dataset
+    'vit.tflite'
+
+`export.to_onnx(model, "vit.onnx")` writes the ONNX file the same way (see `vit_keras.export.onnx`).
 """
 
 from vit_keras.export.compare import (

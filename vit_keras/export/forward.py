@@ -28,9 +28,10 @@ def tensorflow_forward(model, image_size, batch_size=None):
             that for a JAX model, whose dynamic-batch gathers it cannot lower).
 
     Example:
-        >>> forward, variables = tensorflow_forward(model, (224, 224))  # doctest: +SKIP
-        >>> tf.function(forward)(tf.zeros((1, 224, 224, 3))).shape  # doctest: +SKIP
-        TensorShape([1, 1000])
+        >>> import tensorflow as tf
+        >>> forward, variables = tensorflow_forward(tiny_model, (32, 32))  # a 10-class ViT on 32x32 images
+        >>> tf.function(forward)(tf.zeros((1, 32, 32, 3))).shape
+        TensorShape([1, 10])
     """
     backend = keras.backend.backend()
     if backend == "tensorflow":

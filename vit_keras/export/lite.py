@@ -168,7 +168,7 @@ def tflite_operators(tflite_model) -> list[str]:
     Flex (TensorFlow) ops show up as custom ops named `Flex...`.
 
     Example:
-        >>> "FULLY_CONNECTED" in tflite_operators("vit.tflite")  # doctest: +SKIP
+        >>> "FULLY_CONNECTED" in tflite_operators(tflite_file)
         True
     """
     from ai_edge_litert import schema_py_generated as schema
@@ -193,7 +193,7 @@ def non_builtin_operators(tflite_model) -> list[str]:
     """The custom and Flex operators in a TFLite flatbuffer (empty for a builtins-only model).
 
     Example:
-        >>> non_builtin_operators("vit.tflite")  # doctest: +SKIP
+        >>> non_builtin_operators(tflite_file)
         []
     """
     from ai_edge_litert import schema_py_generated as schema
@@ -248,8 +248,10 @@ def tflite(
         `path`.
 
     Example:
-        >>> tflite(model, "vit_int8.tflite", quantization="int8",
-        ...        representative_dataset=train_ds.map(lambda x, y: x).take(100))  # doctest: +SKIP
+        >>> import tensorflow as tf
+        >>> train_ds = tf.data.Dataset.from_tensor_slices((images, labels))  # a few training images suffice
+        >>> tflite(tiny_model, "vit_int8.tflite", quantization="int8",
+        ...        representative_dataset=train_ds.map(lambda x, y: x).take(100))
         'vit_int8.tflite'
     """
     quantization = _check_quantization(quantization)
@@ -273,8 +275,9 @@ def quantize_input(runner, images):
     """`images` as the signature runner's `images` input takes them: float32, or quantised for `integer_io`.
 
     Example:
-        >>> quantize_input(interpreter.get_signature_runner(), images).dtype  # doctest: +SKIP
-        dtype('uint8')
+        >>> from ai_edge_litert.interpreter import Interpreter
+        >>> quantize_input(Interpreter(model_path=tflite_file).get_signature_runner(), images).dtype  # float input
+        dtype('float32')
     """
     detail = runner.get_input_details()["images"]
     if not np.issubdtype(detail["dtype"], np.integer):
@@ -309,7 +312,7 @@ def tflite_predict(path, images, num_threads=None) -> dict:
     outputs (`integer_io=True`) are quantised and dequantised with the file's scales and zero points.
 
     Example:
-        >>> tflite_predict("vit.tflite", images)["probabilities"].shape  # doctest: +SKIP
+        >>> tflite_predict(tflite_file, images)["probabilities"].shape
         (8, 10)
     """
     from ai_edge_litert.interpreter import Interpreter

@@ -3,8 +3,9 @@ resized to its native-aspect-ratio size, cut into patches and padded inside the 
 TFLite file of a fixed sequence length N, which takes any image of at most N patches padded to N.
 
 Example:
-    >>> model = vit_keras.from_pretrained("siglip2-dir", flexible=True, include_top=False)  # doctest: +SKIP
-    >>> naflex_saved_model(model, "models/siglip2", max_num_patches=256)  # doctest: +SKIP
+    >>> siglip2 = "tests/fixtures/family2/hf_siglip2_naflex/checkpoint"  # a tiny SigLIP 2 NaFlex directory
+    >>> model = vit_keras.from_pretrained(siglip2, flexible=True, include_top=False)
+    >>> naflex_saved_model(model, "models/siglip2", max_num_patches=256)
     'models/siglip2/1'
     >>> naflex_tflite(model, "siglip2.tflite", num_patches=256)  # doctest: +SKIP
     'siglip2.tflite'
@@ -51,7 +52,11 @@ def build_naflex_module(model, max_num_patches: int, max_image_pixels=None):
     `tf.function`s, and the signatures dict to save it with.
 
     Example:
-        >>> module, signatures = build_naflex_module(model, 256)  # doctest: +SKIP
+        >>> siglip2 = "tests/fixtures/family2/hf_siglip2_naflex/checkpoint"  # a tiny SigLIP 2 NaFlex directory
+        >>> model = vit_keras.from_pretrained(siglip2, flexible=True, include_top=False)
+        >>> module, signatures = build_naflex_module(model, 256)
+        >>> sorted(signatures)
+        ['serve_bytes', 'serving_default']
     """
     import tensorflow as tf
 
@@ -106,7 +111,9 @@ def naflex_saved_model(model, export_dir, max_num_patches: int, version: int = 1
     The directory is written beside its place and renamed into it; an existing version needs `overwrite=True`.
 
     Example:
-        >>> naflex_saved_model(model, "models/siglip2", max_num_patches=256)  # doctest: +SKIP
+        >>> siglip2 = "tests/fixtures/family2/hf_siglip2_naflex/checkpoint"  # a tiny SigLIP 2 NaFlex directory
+        >>> model = vit_keras.from_pretrained(siglip2, flexible=True, include_top=False)
+        >>> naflex_saved_model(model, "models/siglip2", max_num_patches=256)
         'models/siglip2/1'
     """
     import tensorflow as tf

@@ -545,7 +545,9 @@ def serving_functions(forward, spec: ServingSpec, top_k: int = 5, class_names=No
     more than `max_image_pixels` pixels (default `vit_keras.images.max_image_pixels()`), fixed at export.
 
     Example:
-        >>> sorted(serving_functions(forward, describe_model(model)))  # doctest: +SKIP
+        >>> from vit_keras.export.forward import tensorflow_forward
+        >>> forward, variables = tensorflow_forward(tiny_model, (32, 32))
+        >>> sorted(serving_functions(forward, describe_model(tiny_model)))
         ['serve_bytes', 'serving_default']
     """
     import tensorflow as tf

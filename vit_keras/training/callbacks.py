@@ -31,7 +31,8 @@ class TrainingMonitor(keras.callbacks.Callback):
     calls `fit()` again, so use it with `update_freq="epoch"` and read the batch curves from here.
 
     Example:
-        >>> TrainingMonitor("logs", config.to_dict(), micro_batch_size=64, sample_images=x[:8])  # doctest: +SKIP
+        >>> from vit_keras.training import finetune
+        >>> monitor = TrainingMonitor("logs", finetune().to_dict(), micro_batch_size=64, sample_images=images)
     """
 
     def __init__(self, log_dir, hparams: dict, micro_batch_size: int, sample_images=None, every: int = 10):
@@ -110,9 +111,10 @@ class StepBackup(keras.callbacks.Callback):
     when it beats the epochs before the interruption.
 
     Example:
-        >>> best, last = checkpoint_callbacks("out/checkpoints", "val_accuracy", "max")  # doctest: +SKIP
-        >>> backup = StepBackup("out/backup", every=50, best_checkpoint=best)  # doctest: +SKIP
-        >>> start_step = backup.restore(model)  # doctest: +SKIP
+        >>> best, last = checkpoint_callbacks("out/checkpoints", "val_accuracy", "max")
+        >>> backup = StepBackup("out/backup", every=50, best_checkpoint=best)
+        >>> backup.restore(tiny_model)  # the micro-step to start from: 0, as nothing is backed up yet
+        0
     """
 
     def __init__(self, backup_dir: str, every: int | None = None, start_step: int = 0, best_checkpoint=None):
@@ -209,8 +211,9 @@ def save_checkpoint(model, path: str, score: dict | None = None) -> None:
     stores only show an object once its upload completes.
 
     Example:
-        >>> save_checkpoint(model, "run/checkpoints/best.keras", {"monitor": "val_accuracy", "value": 0.97})
-        ... # doctest: +SKIP
+        >>> save_checkpoint(tiny_model, "run/checkpoints/best.keras", {"monitor": "val_accuracy", "value": 0.97})
+        >>> keras.models.load_model("run/checkpoints/best.keras").output_shape
+        (None, 10)
     """
     import zipfile
 
@@ -239,7 +242,8 @@ def checkpoint_score(path: str) -> dict | None:
     "value": 0.97, "epoch": 3}`; None for a missing, unreadable or unscored file.
 
     Example:
-        >>> checkpoint_score("run/checkpoints/best.keras")["value"]  # doctest: +SKIP
+        >>> save_checkpoint(tiny_model, "run/checkpoints/best.keras", {"monitor": "val_accuracy", "value": 0.97})
+        >>> checkpoint_score("run/checkpoints/best.keras")["value"]
         0.97
     """
     import zipfile
@@ -275,8 +279,9 @@ class BestCheckpoint(keras.callbacks.Callback):
     an unreadable one (a truncated write) is replaced. Writes are atomic (`save_checkpoint`).
 
     Example:
-        >>> best = BestCheckpoint("run/checkpoints/best.keras", "val_accuracy", "max")  # doctest: +SKIP
-        >>> best.best  # the stored score, or None  # doctest: +SKIP
+        >>> best = BestCheckpoint("run/checkpoints/best.keras", "val_accuracy", "max")
+        >>> print(best.best)  # the stored score, or None
+        None
     """
 
     def __init__(self, path: str, monitor: str = "val_loss", mode: str = "min"):
@@ -319,8 +324,10 @@ class BestCheckpoint(keras.callbacks.Callback):
         """One line on what `path` holds after the run and why.
 
         Example:
-            >>> best.summary()  # doctest: +SKIP
-            'best.keras kept: val_accuracy 0.97 from an earlier run beats this run's best, 0.95'
+            >>> save_checkpoint(tiny_model, "best.keras", {"monitor": "val_accuracy", "mode": "max", "value": 0.97})
+            >>> best = BestCheckpoint("best.keras", "val_accuracy", "max")  # then a run that never beat 0.97
+            >>> best.summary()
+            "best.keras kept: val_accuracy 0.97 from an earlier run; this run's best was none, not better"
         """
         if self.earlier_best is not None and self.best == self.earlier_best:
             return (f"{self.path} kept: {self.monitor} {self.earlier_best:.6g} from an earlier run; this run's best "
@@ -359,7 +366,7 @@ class LastCheckpoint(keras.callbacks.Callback):
     """The model at the end of each epoch in `path`, written atomically; never a model whose loss is not finite.
 
     Example:
-        >>> last = LastCheckpoint("run/checkpoints/last.keras")  # doctest: +SKIP
+        >>> last = LastCheckpoint("run/checkpoints/last.keras")
     """
 
     def __init__(self, path: str):
@@ -388,7 +395,6 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
 
     Example:
         >>> callbacks = [StopOnNonFiniteLoss(learning_rate=0.03), *checkpoint_callbacks("ckpt", "loss", "min")]
-        ... # doctest: +SKIP
     """
 
     def __init__(self, learning_rate=None):
@@ -414,7 +420,9 @@ def checkpoint_callbacks(checkpoint_dir: str, monitor: str, mode: str):
     loadable with `keras.models.load_model`.
 
     Example:
-        >>> best, last = checkpoint_callbacks("out/checkpoints", "val_accuracy", "max")  # doctest: +SKIP
+        >>> best, last = checkpoint_callbacks("out/checkpoints", "val_accuracy", "max")
+        >>> best.path, last.path
+        ('out/checkpoints/best.keras', 'out/checkpoints/last.keras')
     """
     _gfile().makedirs(checkpoint_dir)
     best = BestCheckpoint(os.path.join(checkpoint_dir, "best.keras"), monitor=monitor, mode=mode)

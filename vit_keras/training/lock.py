@@ -133,8 +133,9 @@ def output_dir_lock(output_dir):
     on an exception too; remote paths (`gs://...`) are not locked (flock needs a local or NFS file system).
 
     Example:
-        >>> with output_dir_lock("runs/cifar10"):  # doctest: +SKIP
-        ...     train_into("runs/cifar10")
+        >>> with output_dir_lock("runs/digits"):  # a second run into runs/digits now stops with the holder's pid
+        ...     sorted(os.listdir("runs/digits"))
+        ['vit-keras.lock']
     """
     output_dir = os.fspath(output_dir)
     if "://" in output_dir:

@@ -79,8 +79,11 @@ class MaskedPatchModel(keras.Model):
 
     Example:
         >>> model = MaskedPatchModel(vit_keras.ViT(image_size=8, patch_size=2, hidden_size=48, num_layers=2,
-        ...                                        num_heads=3, mlp_dim=96, include_top=False))  # doctest: +SKIP
-        >>> model.compile(optimizer="adam"); model.fit(images, epochs=1)  # doctest: +SKIP
+        ...                                        num_heads=3, mlp_dim=96, include_top=False))
+        >>> model.compile(optimizer="adam")  # no loss: the model has its own; then model.fit(images, ...)
+        >>> outputs = model(np.random.default_rng(0).uniform(0, 255, (2, 8, 8, 3)).astype("float32"))
+        >>> outputs["predictions"].shape, outputs["roles"].shape  # 16 patches, 512 colour classes each
+        (TensorShape([2, 16, 512]), TensorShape([2, 16]))
     """
 
     def __init__(self, encoder, target: str = "mean_colour", corruption_rate: float = 0.5, mask_rate: float = 0.8,
@@ -165,7 +168,12 @@ class MaskedPatchModel(keras.Model):
         and the roles `(batch, gh, gw)`.
 
         Example:
-            >>> corrupted, predicted, roles = model.predict_images(images[:8])  # doctest: +SKIP
+            >>> model = MaskedPatchModel(vit_keras.ViT(image_size=8, patch_size=2, hidden_size=48, num_layers=2,
+            ...                                        num_heads=3, mlp_dim=96, include_top=False))
+            >>> images = np.random.default_rng(0).uniform(0, 255, (16, 8, 8, 3)).astype("float32")
+            >>> corrupted, predicted, roles = model.predict_images(images[:8])
+            >>> corrupted.shape, predicted.shape, roles.shape
+            ((8, 8, 8, 3), (8, 8, 8, 3), (8, 4, 4))
         """
         images = np.asarray(images, np.float32)
         outputs = self(images, training=False)

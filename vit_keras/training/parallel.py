@@ -7,9 +7,9 @@ distribution=...)`, or enter its `.scope()` around building, compiling and fitti
 
 Example:
     >>> from vit_keras.training import parallel
-    >>> distribution = parallel.data_parallel()  # doctest: +SKIP
-    >>> with distribution.scope():  # doctest: +SKIP
-    ...     model = vit_keras.ViTB16(weights="imagenet21k")
+    >>> distribution = parallel.data_parallel()
+    >>> with distribution.scope():
+    ...     model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def data_parallel(devices=None):
     """`keras.distribution.DataParallel` over `devices` (default: every local accelerator, else every CPU device).
 
     Example:
-        >>> data_parallel().device_mesh.shape  # doctest: +SKIP
-        (2,)
+        >>> data_parallel().device_mesh.shape  # one device here
+        (1,)
     """
     _check_backend()
     return keras.distribution.DataParallel(devices=devices or keras.distribution.list_devices())
@@ -47,8 +47,8 @@ def vit_layout_map(device_mesh) -> keras.distribution.LayoutMap:
     `mlp_dim` must be divisible by the `model` axis' size (12/16 heads for the paper's variants).
 
     Example:
-        >>> mesh = keras.distribution.DeviceMesh((1, 2), (BATCH_AXIS, MODEL_AXIS))  # doctest: +SKIP
-        >>> vit_layout_map(mesh)["block_0/MultiHeadDotProductAttention_1/query/kernel"].axes  # doctest: +SKIP
+        >>> mesh = keras.distribution.DeviceMesh((1, 2), (BATCH_AXIS, MODEL_AXIS), devices=["gpu:0", "gpu:1"])
+        >>> vit_layout_map(mesh)["block_0/MultiHeadDotProductAttention_1/query/kernel"].axes
         (None, 'model', None)
     """
     layout_map = keras.distribution.LayoutMap(device_mesh)
@@ -68,7 +68,7 @@ def model_parallel(model_devices: int, devices=None):
     axis, the Transformer weights laid out by `vit_layout_map`, batches split over the batch axis.
 
     Example:
-        >>> distribution = model_parallel(model_devices=2)  # doctest: +SKIP
+        >>> distribution = model_parallel(model_devices=2)  # needs two or more accelerators  # doctest: +SKIP
     """
     _check_backend()
     devices = devices or keras.distribution.list_devices()

@@ -72,8 +72,9 @@ class RunDirectories:
     backup under `output_dir/backup/worker<i>`.
 
     Example:
-        >>> dirs = RunDirectories.of("run", tf.distribute.get_strategy())  # doctest: +SKIP
-        >>> dirs.log_dir, dirs.checkpoint_dir, dirs.backup_dir  # doctest: +SKIP
+        >>> import tensorflow as tf
+        >>> dirs = RunDirectories.of("run", tf.distribute.get_strategy())
+        >>> dirs.log_dir, dirs.checkpoint_dir, dirs.backup_dir
         ('run/logs', 'run/checkpoints', 'run/backup')
     """
 

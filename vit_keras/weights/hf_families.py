@@ -366,8 +366,13 @@ def canonicalize(tensors, config: dict, source: str, file: str) -> dict[str, np.
     their transformers key.
 
     Example:
-        >>> params = canonicalize(read_safetensors("model.safetensors"), config, "model.safetensors",
-        ...                       "config.json")  # doctest: +SKIP
+        >>> from vit_keras.weights.safetensors_io import read_safetensors
+        >>> directory = "tests/fixtures/family2/hf_ijepa/checkpoint"  # a tiny I-JEPA
+        >>> config = json_config.load(f"{directory}/config.json")
+        >>> params = canonicalize(read_safetensors(f"{directory}/model.safetensors"), config,
+        ...                       f"{directory}/model.safetensors", f"{directory}/config.json")
+        >>> params["Transformer/encoder_norm/scale"].shape
+        (48,)
     """
     others = WHOLE_MODELS.get(config["model_type"], ("", ()))[1]
     tensors = {key: value for key, value in tensors.items() if not key.startswith(others)}

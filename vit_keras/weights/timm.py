@@ -9,7 +9,10 @@ below), `model_args` overrides sizes and switches, and `pretrained_cfg` gives th
 was trained with.
 
 Example:
-    >>> params = read_timm("vit_base_patch16_224.safetensors", num_heads=12)  # doctest: +SKIP
+    >>> deit = "tests/fixtures/family/timm_deit_distilled/checkpoint"  # a tiny DeiT: hidden 48, 3 heads
+    >>> params = read_timm(f"{deit}/model.safetensors", num_heads=3)
+    >>> params["cls"].shape
+    (1, 1, 48)
 """
 
 from __future__ import annotations
@@ -143,7 +146,10 @@ def canonicalize(tensors: dict[str, np.ndarray], num_heads: int, *, config: dict
     file the tensors were read from). `naflex`: a NaFlexVit's tensors (`NAFLEX_TABLE`).
 
     Example:
-        >>> canonicalize(read_safetensors("vit.safetensors"), num_heads=12)  # doctest: +SKIP
+        >>> deit = "tests/fixtures/family/timm_deit_distilled/checkpoint"
+        >>> params = canonicalize(read_safetensors(f"{deit}/model.safetensors"), num_heads=3)
+        >>> params["Transformer/encoder_norm/scale"].shape
+        (48,)
     """
     source = rules.source_name(tensors, source)
     if config is not None and not config.get("final_norm", True):
@@ -160,8 +166,9 @@ def read_timm(path: str, num_heads: int) -> dict[str, np.ndarray]:
     """Read a timm ViT `.safetensors` state dict into the canonical dict.
 
     Example:
-        >>> read_timm("vit_small_patch16_224.safetensors", num_heads=6)["cls"].shape  # doctest: +SKIP
-        (1, 1, 384)
+        >>> params = read_timm("tests/fixtures/family/timm_deit_distilled/checkpoint/model.safetensors", num_heads=3)
+        >>> params["cls"].shape
+        (1, 1, 48)
     """
     return canonicalize(read_safetensors(path), num_heads, source=path)
 
@@ -233,7 +240,9 @@ def read_config(directory: str) -> tuple[dict, tuple | None]:
     """A timm directory's config.json -> (ViTConfig fields, (mean, std) or None) plus `classes`.
 
     Example:
-        >>> fields, normalization = read_config("timm-vit-dir")  # doctest: +SKIP
+        >>> fields, normalization = read_config("tests/fixtures/family/timm_deit_distilled/checkpoint")
+        >>> fields["hidden_size"], fields["distilled"], normalization[0]
+        (48, True, (0.485, 0.456, 0.406))
     """
     path = os.path.join(directory, CONFIG_NAME)
     config = json_config.load(path)

@@ -434,8 +434,12 @@ def canonicalize(tensors, fields: Mapping, attention: tuple[str, bool], *, sourc
     and the file lacks, or the file holds and the config does not promise, is refused by its timm key.
 
     Example:
-        >>> fields, attention = eva_fields(architecture_args("vit_small_patch16_dinov3"))
-        >>> canonicalize(read_safetensors("model.safetensors"), fields, attention)  # doctest: +SKIP
+        >>> args = dict(architecture_args("vit_small_patch16_dinov3"), embed_dim=48, depth=3, num_heads=3)  # tiny
+        >>> fields, attention = eva_fields(args)
+        >>> dinov3 = "tests/fixtures/family2/timm_dinov3/checkpoint"
+        >>> params = canonicalize(read_safetensors(f"{dinov3}/model.safetensors"), fields, attention)
+        >>> params["cls"].shape
+        (1, 1, 48)
     """
     source = rules.source_name(tensors, source)
     _check_counts(tensors, fields, source)
@@ -447,7 +451,10 @@ def read_directory(directory: str) -> tuple[dict, tuple | None, dict]:
     """A timm `save_for_hf` directory of an `Eva` -> (ViTConfig fields, (mean, std) or None, canonical dict).
 
     Example:
-        >>> fields, normalization, params = read_directory("timm-dinov3-dir")  # doctest: +SKIP
+        >>> dinov3 = "tests/fixtures/family2/timm_dinov3/checkpoint"  # a tiny DINOv3
+        >>> fields, normalization, params = read_directory(dinov3)
+        >>> fields["rope"], fields["num_register_tokens"], params["cls"].shape
+        ('rotate_half', 4, (1, 1, 48))
     """
     path = os.path.join(directory, CONFIG_NAME)
     config = json_config.load(path)
