@@ -126,8 +126,13 @@ def write_tflite(module, serve, path, quantization=None, calibration=None, integ
     list of the signature's arguments. Returns `path`.
 
     Example:
-        >>> write_tflite(module, module.serve, "vit.tflite")  # doctest: +SKIP
-        'vit.tflite'
+        >>> import tensorflow as tf
+        >>> module = tf.Module()
+        >>> module.scale = tf.Variable(2.0)
+        >>> module.serve = tf.function(lambda x: {"outputs": x * module.scale},
+        ...                            input_signature=[tf.TensorSpec((1, 4), tf.float32)])
+        >>> write_tflite(module, module.serve, "double.tflite")
+        'double.tflite'
     """
     import tensorflow as tf
 

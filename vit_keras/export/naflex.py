@@ -7,7 +7,7 @@ Example:
     >>> model = vit_keras.from_pretrained(siglip2, flexible=True, include_top=False)
     >>> naflex_saved_model(model, "models/siglip2", max_num_patches=256)
     'models/siglip2/1'
-    >>> naflex_tflite(model, "siglip2.tflite", num_patches=256)  # doctest: +SKIP
+    >>> naflex_tflite(model, "siglip2.tflite", num_patches=64)
     'siglip2.tflite'
 """
 
@@ -156,7 +156,9 @@ def naflex_tflite(model, path, num_patches: int, batch_size=1, quantization=None
         `path`.
 
     Example:
-        >>> naflex_tflite(model, "siglip2.tflite", num_patches=256)  # doctest: +SKIP
+        >>> siglip2 = "tests/fixtures/family2/hf_siglip2_naflex/checkpoint"  # a tiny SigLIP 2 NaFlex directory
+        >>> model = vit_keras.from_pretrained(siglip2, flexible=True, include_top=False)
+        >>> naflex_tflite(model, "siglip2.tflite", num_patches=64, batch_size=2)
         'siglip2.tflite'
     """
     import tensorflow as tf
@@ -193,8 +195,13 @@ def naflex_tflite_predict(path, batch, num_threads=None) -> np.ndarray:
     at a time.
 
     Example:
-        >>> naflex_tflite_predict("siglip2.tflite", naflex_patches(images, 16, 256)).shape  # doctest: +SKIP
-        (2, 768)
+        >>> from vit_keras.images import naflex_patches
+        >>> siglip2 = "tests/fixtures/family2/hf_siglip2_naflex/checkpoint"  # patch 8, hidden size 48
+        >>> model = vit_keras.from_pretrained(siglip2, flexible=True, include_top=False, pooling="map")
+        >>> path = naflex_tflite(model, "siglip2.tflite", num_patches=64)
+        >>> wide, tall = np.zeros((40, 200, 3), "uint8"), np.zeros((120, 60, 3), "uint8")
+        >>> naflex_tflite_predict(path, naflex_patches([wide, tall], 8, 64)).shape
+        (2, 48)
     """
     from ai_edge_litert.interpreter import Interpreter
 
