@@ -301,6 +301,10 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
     `training.parallel.data_parallel()` or `model_parallel(...)`) spreads the run over local devices instead;
     TensorBoard and the tf.data input need TensorFlow installed on every backend.
 
+    A flexible (NaFlex) model (`vit_keras.ViT(..., flexible=True)`) trains with `config.max_patches`: each image
+    at its own aspect ratio fit to that many patches, batches padded and masked (`naflex_data.naflex_train_pipeline`;
+    `config.naflex_buckets` pads each batch only to its bucket's length).
+
     `output_dir` receives `logs/` (TensorBoard), `checkpoints/best.keras` and `last.keras`, `backup/` (deleted
     when the run completes) and `results.json`. Running the same call again after an interruption resumes at
     the last backed-up step. `callbacks` are further Keras callbacks, run after the run's own. Returns a
