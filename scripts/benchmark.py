@@ -14,6 +14,7 @@ matmul-relevant flags head the report and the JSON.
     python scripts/benchmark.py                            # inference: batch 1 and 16, fp32 and bf16
     python scripts/benchmark.py --suite training           # fine-tune step: fp32 and bf16, XLA on and off
     python scripts/benchmark.py --suite attention          # the attention implementations, one encoder block
+    python scripts/benchmark.py --suite naflex             # NaFlex batches padded to N=256 vs bucketed by length
     python scripts/benchmark.py --backends jax,torch       # the Keras libraries on Keras' other backends
     python scripts/benchmark.py --quick                    # a tiny model: checks the script in seconds
     python scripts/benchmark.py --json results.json        # also write every measurement
@@ -32,6 +33,13 @@ DINOv3 (`--dinov3`): vit_keras and timm (`vit_base_patch16_dinov3`) also run DIN
 k, 4 registers, LayerScale, no position table), each at the settings it has, in the same run as the plain ViT-B/16:
 the report gives each library's DINOv3 images/s as a fraction of its own ViT-B/16's, the cost of RoPE and the
 registers.
+
+NaFlex (`--suite naflex`): a flexible vit_keras ViT-B/16 (`flexible=True`) runs its forward pass (float32, batches
+of `--batch-sizes`, default 8) over one fixed set of 32 images of mixed sizes and aspect ratios, once with every batch
+padded to N=256 patches (`naflex_map(...).batch(...)`) and once bucketed by patch count (`naflex_buckets` at every
+64 patches): images/s over the whole set and the share of the computed tokens that are padding. Two image sets:
+"fit to N" (each image resized to fill the 256-patch budget, as SigLIP 2 and `vit-keras train --max-patches` do)
+and "native size" (each image cut at its own size, from 64x64 to 256x256 px: 16 to 256 patches).
 
 Backends: vit_keras and keras-hub run on every Keras backend named by `--backends` (default: tensorflow, jax,
 torch), each at its settings: TensorFlow with XLA on and off (a `tf.function` for inference, plus `model.predict`
@@ -473,6 +481,97 @@ def _run_attention(case, min_seconds, min_calls):
     return _time_calls(lambda: forward(x).numpy(), case["batch"], min_seconds, min_calls)
 
 
+NAFLEX_PATCHES = 256
+NAFLEX_BUCKET_EVERY = 64
+NAFLEX_IMAGES = 32
+NAFLEX_SETS = ("fit to N", "native size")
+NAFLEX_BATCHING = ("padded to N", "bucketed")
+
+
+def naflex_image_sizes(image_set: str, count: int = NAFLEX_IMAGES, patch: int = 16,
+                       budget: int = NAFLEX_PATCHES) -> list:
+    """The (height, width) of the benchmark's images, the same on every run: photo-like aspect ratios (4:3, 3:4,
+    16:9, 9:16, 1:1, 3:1, 1:3, 2:3) for "fit to N"; for "native size", sides that are multiples of `patch`, from a
+    quarter of √budget to √budget patches each (4 to 16 for 256), at most `budget` patches.
+
+    Example:
+        >>> naflex_image_sizes("fit to N", 3)
+        [(480, 640), (640, 480), (360, 640)]
+    """
+    if image_set == "fit to N":
+        shapes = [(480, 640), (640, 480), (360, 640), (640, 360), (512, 512), (200, 600), (600, 200), (400, 600)]
+        return [shapes[i % len(shapes)] for i in range(count)]
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    side = int(budget**0.5)
+    sizes = []
+    while len(sizes) < count:
+        rows, cols = (int(v) for v in rng.integers(max(side // 4, 1), side + 1, 2))
+        if rows * cols <= budget:
+            sizes.append((rows * patch, cols * patch))
+    return sizes
+
+
+def _run_naflex(case, min_seconds, min_calls):
+    """A flexible ViT over the image set of `case`, its batches padded to N or bucketed (one call: the whole set)."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    sys.path.insert(0, REPO)
+    import vit_keras
+    from vit_keras.naflex_data import bucket_boundaries, naflex_buckets, naflex_map
+
+    keras.mixed_precision.set_global_policy(PRECISIONS[case["precision"]])
+    arch = {k: v for k, v in ARCHITECTURES[case["architecture"]].items() if k != "image_size"}
+    patch = arch["patch_size"]
+    budget = NAFLEX_PATCHES if case["architecture"] == "B/16" else 16  # --quick: the tiny model's small budget
+    model = vit_keras.ViT(**arch, flexible=True, classes=CLASSES, classifier_activation=None,
+                          include_preprocessing=False)
+    rng = np.random.default_rng(0)
+    sizes = naflex_image_sizes(case["image_set"], patch=patch, budget=budget)
+    images = [rng.uniform(0, 255, (h, w, 3)).astype(np.float32) for h, w in sizes]
+    dataset = tf.data.Dataset.from_generator(lambda: iter(images),
+                                             output_signature=tf.TensorSpec((None, None, 3), tf.float32))
+    examples = dataset.map(naflex_map(patch, budget, resize=case["image_set"] == "fit to N"))
+    if case["library"] == "bucketed":
+        boundaries = bucket_boundaries(budget, NAFLEX_BUCKET_EVERY if budget == NAFLEX_PATCHES else 4)
+        batches = list(examples.apply(naflex_buckets(boundaries, case["batch"])))
+    else:
+        batches = list(examples.batch(case["batch"]))
+    forward = tf.function(lambda x: model(x, training=False), jit_compile=case["xla"], reduce_retracing=True)
+
+    def step():
+        for batch in batches:
+            forward(batch).numpy()
+
+    result = _time_calls(step, len(images), min_seconds, min_calls)
+    computed = sum(int(np.prod(b["mask"].shape)) for b in batches)
+    real = sum(int(np.asarray(b["mask"]).sum()) for b in batches)
+    result.update(padding_share=1 - real / computed, tokens_per_image=computed / len(images),
+                  lengths=sorted({int(b["mask"].shape[1]) for b in batches}))
+    return result
+
+
+def naflex_table(results) -> str:
+    """Markdown: images/s of each NaFlex batching, and of bucketed over padded for the same image set."""
+    padded = {(r["image_set"], r["batch"], r["xla"]): r for r in results
+              if r["library"] == "padded to N" and "images_per_s" in r}
+    rows = ["| images | batching | batch | setting | sequence lengths | padding share | images/s | ÷ padded |",
+            "|---|---|---:|---|---|---:|---:|---:|"]
+    for r in results:
+        head = f"| {r['image_set']} | {r['library']} | {r['batch']} | {'XLA' if r['xla'] else 'no XLA'} "
+        if "skipped" in r:
+            rows.append(head + f"| skipped: {r['skipped'][:120]} | | | |")
+            continue
+        base = padded.get((r["image_set"], r["batch"], r["xla"]))
+        ratio = f"{r['images_per_s'] / base['images_per_s']:.2f}" if base else "—"
+        rows.append(head + f"| {', '.join(map(str, r['lengths']))} | {100 * r['padding_share']:.0f}% "
+                    f"| {r['images_per_s']:.2f} | {ratio} |")
+    return "\n".join(rows)
+
+
 def _own_peak_kib() -> int:
     """This worker's peak resident memory in KiB: VmHWM (its own memory map) on Linux; ru_maxrss elsewhere, which
     on Linux would start at the parent's high-water mark (fork + exec keeps it)."""
@@ -488,6 +587,8 @@ def worker(case: dict, min_seconds: float, min_calls: int) -> dict:
     try:
         if case["task"] == "attention":
             result = _run_attention(case, min_seconds, min_calls)
+        elif case["task"] == "naflex":
+            result = _run_naflex(case, min_seconds, min_calls)
         elif case["task"] == "matmul":
             result = _run_matmul(case, min_seconds, min_calls)
         elif case["library"] == "timm":
@@ -512,6 +613,11 @@ def _cases(args):
         variants = ("keras MultiHeadAttention", "fused QKV + ops.dot_product_attention", "explicit einsum softmax")
         return [dict(task="attention", library=v, batch=b, precision=p, xla=x, architecture=args.architecture)
                 for b in args.batch_sizes for p in args.precisions for x in args.xla for v in variants]
+    if args.suite == "naflex":
+        return [dict(task="naflex", library=batching, image_set=image_set, batch=b, precision="float32", xla=x,
+                     architecture=args.architecture)
+                for image_set in NAFLEX_SETS for b in args.batch_sizes for x in args.xla
+                for batching in NAFLEX_BATCHING]
     cases = []
     for b in args.batch_sizes:
         for p in args.precisions:
@@ -821,7 +927,7 @@ def _yes_no(text):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--suite", choices=("inference", "training", "attention"), default="inference")
+    parser.add_argument("--suite", choices=("inference", "training", "attention", "naflex"), default="inference")
     parser.add_argument("--libraries", default=",".join(LIBRARIES),
                         help=f"comma-separated, from {', '.join(LIBRARIES)} (default: all)")
     parser.add_argument("--backends", default=",".join(BACKENDS),
@@ -867,7 +973,7 @@ def main(argv=None) -> int:
     args.runtimes = [name.strip() for name in args.runtimes.split(",") if name.strip()]
     if not args.runtimes or set(args.runtimes) - set(RUNTIMES):
         parser.error(f"--runtimes must come from {', '.join(RUNTIMES)}, got {args.runtimes}")
-    default_batches = "8" if args.suite == "training" else "1,16"
+    default_batches = "8" if args.suite in ("training", "naflex") else "1,16"
     args.batch_sizes = [int(b) for b in (args.batch_sizes or default_batches).split(",")]
     args.precisions = [p.strip() for p in args.precisions.split(",")]
     if set(args.precisions) - set(PRECISIONS):
@@ -883,7 +989,7 @@ def main(argv=None) -> int:
           f"{machine['cpu_count']} CPUs, Python {machine['python']}", flush=True)
     # The matmul peak is measured first and again last, and the faster counts: a slow spell of a shared machine
     # at either end then cannot make vit_keras' share of it look larger than it is.
-    peak_cases = _peak_cases(args) if args.matmul_size and args.suite != "attention" else []
+    peak_cases = _peak_cases(args) if args.matmul_size and args.suite not in ("attention", "naflex") else []
     cases = peak_cases + _cases(args) + peak_cases
     results = []
     for case in cases:
@@ -895,9 +1001,17 @@ def main(argv=None) -> int:
             shown = f"{result['gflop_per_s']:.1f} GFLOP/s"
         else:
             shown = f"{result['images_per_s']:.2f} images/s"
-        label = case["library"] + (", DINOv3" if case.get("model") == "dinov3" else "")
+        label = case["library"] + (", DINOv3" if case.get("model") == "dinov3" else "") + (
+            f", {case['image_set']}" if case["task"] == "naflex" else "")
         print(f"  {label:<40} batch {case['batch']:>4} {case['precision']:<8} {_setting(case):<13} "
               f"{shown}", flush=True)
+    if args.suite == "naflex":
+        print()
+        print(naflex_table(results))
+        if args.json:
+            _write_json(args.json, {"suite": args.suite, "architecture": args.architecture, "machine": machine,
+                                    "results": results})
+        return 0
     summary = summarize(results)
     print()
     print(table(results))
@@ -919,14 +1033,17 @@ def main(argv=None) -> int:
             print(f"head_tokens_only at {row['task']} batch {row['batch']} ({row['precision']}, XLA): "
                   f"{row['head_tokens_only_gain']:.3f} x the images/s of computing every token of the last block")
     if args.json:
-        sys.path.insert(0, REPO)
-        from vit_keras.files import atomic_file
-
-        report = {"suite": args.suite, "architecture": args.architecture, "machine": machine,
-                  "matmul_peaks": matmul_peaks(results), "summary": summary, "results": results}
-        with atomic_file(args.json) as temporary, open(temporary, "w") as file:
-            json.dump(report, file, indent=2)
+        _write_json(args.json, {"suite": args.suite, "architecture": args.architecture, "machine": machine,
+                                "matmul_peaks": matmul_peaks(results), "summary": summary, "results": results})
     return 0
+
+
+def _write_json(path: str, report: dict) -> None:
+    sys.path.insert(0, REPO)
+    from vit_keras.files import atomic_file
+
+    with atomic_file(path) as temporary, open(temporary, "w") as file:
+        json.dump(report, file, indent=2)
 
 
 if __name__ == "__main__":

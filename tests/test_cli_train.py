@@ -56,7 +56,7 @@ def _weights(path):
     return keras.models.load_model(path, safe_mode=True).get_weights()
 
 
-def _kill_mid_epoch(process, state):
+def _kill_mid_epoch(process, state, steps_per_epoch=STEPS_PER_EPOCH, total_steps=TOTAL_STEPS):
     """SIGKILL `process` once its backup records a step inside an epoch after the first; return that step."""
 
     def backed_up_step():
@@ -66,7 +66,7 @@ def _kill_mid_epoch(process, state):
             return 0
 
     def mid_epoch(step):
-        return step > STEPS_PER_EPOCH and step % STEPS_PER_EPOCH != 0
+        return step > steps_per_epoch and step % steps_per_epoch != 0
 
     deadline = time.time() + 400
     try:
@@ -86,7 +86,7 @@ def _kill_mid_epoch(process, state):
         process.wait(timeout=60)
     assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
     killed_at = backed_up_step()
-    assert mid_epoch(killed_at) and killed_at < TOTAL_STEPS, killed_at
+    assert mid_epoch(killed_at) and killed_at < total_steps, killed_at
     return killed_at
 
 

@@ -22,6 +22,21 @@ from vit_keras.configs import check_positive_int
 NAFLEX_EPS = 1e-5  # transformers' get_image_size_for_max_num_patches bisection width
 
 
+def flexible_patch_size(model) -> int | None:
+    """The patch size of a flexible (NaFlex) model (`vit_keras.ViT(flexible=True)`), None for a model of images.
+
+    Example:
+        >>> import vit_keras
+        >>> flexible_patch_size(vit_keras.ViT(flexible=True, patch_size=8, hidden_size=48, num_layers=1,
+        ...                                   num_heads=3, mlp_dim=96, classes=3))
+        8
+    """
+    from vit_keras.layers.flexible import FlexiblePatchEncoder
+
+    encoders = [layer for layer in model.layers if isinstance(layer, FlexiblePatchEncoder)]
+    return int(encoders[0].patch_size) if encoders else None
+
+
 def naflex_size_graph(height, width, patch_size: int, max_num_patches: int, eps: float = NAFLEX_EPS):
     """`vit_keras.preprocessing.naflex_size` as TensorFlow ops (`height`, `width` may be tensors): the same float64
     bisection, so the same (height, width), as an int32 pair.
@@ -108,3 +123,224 @@ def naflex_map(patch_size: int, max_num_patches: int, resize: bool = True):
         return (example, *rest) if rest else example
 
     return convert
+
+
+def _check_boundaries(boundaries) -> tuple[int, ...]:
+    values = tuple(boundaries) if isinstance(boundaries, tuple | list) else (boundaries,)
+    if not values:
+        raise ValueError("`boundaries` is empty: pass the sequence lengths to pad batches to, e.g. (64, 128, 256).")
+    checked = tuple(check_positive_int("bucket boundary", value) for value in values)
+    if any(b <= a for a, b in zip(checked, checked[1:])):
+        raise ValueError(f"NaFlex bucket boundaries must increase, got {list(checked)}: e.g. (64, 128, 256).")
+    return checked
+
+
+def bucket_boundaries(max_num_patches: int, multiple: int = 16) -> tuple[int, ...]:
+    """Sequence lengths every `multiple` patches up to `max_num_patches` (which is always the last), for
+    `naflex_buckets`.
+
+    Example:
+        >>> bucket_boundaries(256, 64)
+        (64, 128, 192, 256)
+        >>> bucket_boundaries(40, 16)
+        (16, 32, 40)
+    """
+    max_num_patches = check_positive_int("max_num_patches", max_num_patches)
+    multiple = check_positive_int("multiple", multiple)
+    return (*range(multiple, max_num_patches, multiple), max_num_patches)
+
+
+def naflex_buckets(boundaries, batch_size: int, drop_remainder: bool = False):
+    """A `tf.data` transformation (`dataset.apply(...)`) that batches NaFlex examples (`naflex_map`'s, padded to
+    N) with others of about the same real patch count and pads each batch only to its bucket's length: the
+    smallest of `boundaries` that holds its longest image (N when none does), so that less compute goes to padding.
+    Examples keep their order within a bucket; batches come out as their bucket fills (a finite dataset's last,
+    partial batches at its end, unless `drop_remainder`).
+
+    A flexible model takes any sequence length, and a real token's output does not depend on the padding.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> ds = tf.data.Dataset.from_generator(lambda: (tf.zeros(s + (3,)) for s in [(8, 8), (32, 32), (8, 16)]),
+        ...                                     output_signature=tf.TensorSpec((None, None, 3), tf.float32))
+        >>> batches = ds.map(naflex_map(8, 16, resize=False)).apply(naflex_buckets((4, 8), batch_size=2))
+        >>> [tuple(b["patches"].shape[:2]) for b in batches]
+        [(2, 4), (1, 16)]
+    """
+    import tensorflow as tf
+
+    boundaries = _check_boundaries(boundaries)
+    batch_size = check_positive_int("batch_size", batch_size)
+
+    def apply(dataset):
+        spec = dataset.element_spec
+        example = spec[0] if isinstance(spec, tuple) else spec
+        if not isinstance(example, dict) or "mask" not in example:
+            raise ValueError("naflex_buckets batches NaFlex examples: map the images with naflex_map(...) first.")
+        length = example["mask"].shape[-1]
+        if length is None:
+            raise ValueError("naflex_buckets needs examples padded to one length N (naflex_map's output).")
+        if boundaries[-1] > length:
+            raise ValueError(f"NaFlex bucket boundary {boundaries[-1]} is longer than the examples' length N={length}"
+                             f" (max_num_patches): pass boundaries up to {length}.")
+        lengths = tf.constant(boundaries + ((length,) if boundaries[-1] < length else ()), tf.int64)
+
+        def first(element, *rest):
+            return element
+
+        def bucket(*element):
+            count = tf.reduce_sum(tf.cast(first(*element)["mask"] != 0, tf.int64))
+            return tf.reduce_sum(tf.cast(lengths < count, tf.int64))  # the smallest length that holds the image
+
+        def trim(key, batch):
+            bucket_length = lengths[key]
+
+            def cut(example, *rest):
+                example = dict(example, patches=example["patches"][:, :bucket_length],
+                               mask=example["mask"][:, :bucket_length])
+                return (example, *rest) if rest else example
+
+            return batch.map(cut)
+
+        return dataset.group_by_window(
+            key_func=bucket,
+            reduce_func=lambda key, window: trim(key, window.batch(batch_size, drop_remainder=drop_remainder)),
+            window_size=batch_size)
+
+    return apply
+
+
+def naflex_images(patches, grid, patch_size: int):
+    """The images a NaFlex batch holds, put back together from their patches: a float32 NumPy array
+    (batch, max rows · P, max cols · P, C), each image in the top-left corner, zeros around it (TensorBoard's
+    input images of a NaFlex run).
+
+    Example:
+        >>> import numpy as np
+        >>> batch = naflex_example(np.arange(16 * 24 * 3, dtype="float32").reshape(16, 24, 3), 8, 8, resize=False)
+        >>> images = naflex_images(batch["patches"][None], batch["grid"][None], 8)
+        >>> images.shape, bool((images[0] == np.arange(16 * 24 * 3).reshape(16, 24, 3)).all())
+        ((1, 16, 24, 3), True)
+    """
+    import numpy as np
+
+    patches, grid = np.asarray(patches, np.float32), np.asarray(grid, np.int64)
+    channels = patches.shape[-1] // (patch_size * patch_size)
+    height, width = int(grid[:, 0].max()) * patch_size, int(grid[:, 1].max()) * patch_size
+    images = np.zeros((len(patches), height, width, channels), np.float32)
+    for index, (rows, cols) in enumerate(grid.tolist()):
+        image = patches[index, :rows * cols].reshape(rows, cols, patch_size, patch_size, channels)
+        images[index, :rows * patch_size, :cols * patch_size] = image.transpose(0, 2, 1, 3, 4).reshape(
+            rows * patch_size, cols * patch_size, channels)
+    return images
+
+
+NAFLEX_CROPS = ("inception", "resize", "shift")  # data.CROPS, each applied at the image's own size
+
+
+def _batched(ds, batch_size: int, max_num_patches: int, buckets, drop_remainder: bool):
+    if buckets:
+        return ds.apply(naflex_buckets(buckets, batch_size, drop_remainder=drop_remainder))
+    return ds.batch(batch_size, drop_remainder=drop_remainder)
+
+
+def naflex_train_pipeline(dataset, *, patch_size: int, max_num_patches: int, batch_size: int, num_classes: int,
+                          crop: str = "inception", flip: bool = True, buckets=None, shuffle_buffer: int = 10_000,
+                          cache: bool = True, seed: int | None = None, skip_batches: int = 0, input_context=None):
+    """`vit_keras.data.train_pipeline` for a flexible model: the endless, shuffled, augmented stream of
+    `({"patches", "grid", "mask"}, one-hot label)` batches, each image at its own aspect ratio fit to
+    `max_num_patches` patches (`naflex_example`), the batch padded to N and masked, or with `buckets` (sequence
+    lengths, see `naflex_buckets`) to its bucket's length.
+
+    The augmentations work at each image's own size: `crop="inception"` cuts vit_jax's random box (5%-100% of the
+    area, aspect 3/4..4/3) and fits the box to the patch budget, "resize" fits the whole image, "shift" fits it and
+    then moves it by up to `vit_keras.data.SHIFT_PIXELS` pixels; `flip` mirrors it. As in `train_pipeline`, every
+    random choice is a function of (seed, position in the stream), and `skip_batches` (a resumed run's steps so far)
+    positions the stream after the batches already trained on.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> ds = tf.data.Dataset.from_generator(
+        ...     lambda: ((tf.zeros(s + (3,), tf.uint8), i) for i, s in enumerate([(16, 40), (40, 16), (24, 24)])),
+        ...     output_signature=(tf.TensorSpec((None, None, 3), tf.uint8), tf.TensorSpec((), tf.int32)))
+        >>> x, y = next(iter(naflex_train_pipeline(ds, patch_size=8, max_num_patches=16, batch_size=4,
+        ...                                        num_classes=3, seed=0)))
+        >>> x["patches"].shape, x["grid"].shape, y.shape
+        (TensorShape([4, 16, 192]), TensorShape([4, 2]), TensorShape([4, 3]))
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from vit_keras import data
+
+    if crop not in NAFLEX_CROPS:
+        raise ValueError(f"`crop` must be one of {NAFLEX_CROPS}, got {crop!r}.")
+    patch_size = check_positive_int("patch_size", patch_size)
+    max_num_patches = check_positive_int("max_num_patches", max_num_patches)
+    per_pipeline_batch = data._batch_size(batch_size, input_context)
+    seed = int(np.random.SeedSequence().generate_state(1)[0] % 2**31) if seed is None else int(seed)
+    parallel = tf.data.AUTOTUNE
+
+    ds = data._shard(dataset, input_context)
+    ds = ds.map(lambda image, label: (data._to_rgb(image), data._checked_one_hot(label, num_classes)),
+                num_parallel_calls=parallel)
+    if cache:
+        ds = ds.cache()
+    ds = ds.repeat().shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).enumerate()
+    if skip_batches and not buckets:
+        ds = ds.skip(skip_batches * per_pipeline_batch)  # before augmenting: each example's seed is its index
+
+    def augment(index, example):
+        image, label = example
+        element_seed = tf.stack([tf.constant(seed, tf.int64), index])
+        crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(element_seed, 2))
+        if crop == "inception":
+            image = data.inception_box(image, crop_seed)
+        height, width = naflex_size_graph(tf.shape(image)[0], tf.shape(image)[1], patch_size, max_num_patches)
+        image = tf.image.resize(image, tf.stack([height, width]), method="bilinear", antialias=True)
+        if crop == "shift":
+            pixels = data.SHIFT_PIXELS
+            padded = tf.pad(image, [[pixels, pixels], [pixels, pixels], [0, 0]])
+            image = tf.image.stateless_random_crop(padded, tf.stack([height, width, 3]), seed=crop_seed)
+        if flip:
+            image = tf.image.stateless_random_flip_left_right(image, flip_seed)
+        return naflex_example(tf.ensure_shape(image, (None, None, 3)), patch_size, max_num_patches,
+                              resize=False), label
+
+    ds = ds.map(augment, num_parallel_calls=parallel)
+    ds = _batched(ds, per_pipeline_batch, max_num_patches, buckets, drop_remainder=True)
+    if skip_batches and buckets:
+        # A bucket's batch gathers examples from across the stream: only skipping whole batches replays exactly
+        # what an uninterrupted run trains on next (the skipped examples are decoded and cut again, not trained).
+        ds = ds.skip(skip_batches)
+    return ds.prefetch(tf.data.AUTOTUNE).with_options(data._options())
+
+
+def naflex_eval_pipeline(dataset, *, patch_size: int, max_num_patches: int, batch_size: int, num_classes: int,
+                         buckets=None, cache: bool = True, input_context=None):
+    """`vit_keras.data.eval_pipeline` for a flexible model: each example once, fit to `max_num_patches` patches at
+    its own aspect ratio (no crop), batched (padded to N, or to its bucket's length with `buckets`; the last batch
+    of each may be smaller).
+
+    Example:
+        >>> import tensorflow as tf
+        >>> ds = tf.data.Dataset.from_tensor_slices((tf.zeros((5, 16, 40, 3), tf.uint8), tf.range(5) % 2))
+        >>> [b["grid"].numpy()[0].tolist() for b, _ in naflex_eval_pipeline(ds, patch_size=8, max_num_patches=16,
+        ...                                                                  batch_size=4, num_classes=2)]
+        [[2, 5], [2, 5]]
+    """
+    import tensorflow as tf
+
+    from vit_keras import data
+
+    patch_size = check_positive_int("patch_size", patch_size)
+    max_num_patches = check_positive_int("max_num_patches", max_num_patches)
+    per_pipeline_batch = data._batch_size(batch_size, input_context)
+    ds = data._shard(dataset, input_context)
+    ds = ds.map(lambda image, label: (naflex_example(data._to_rgb(image), patch_size, max_num_patches),
+                                      data._checked_one_hot(label, num_classes)),
+                num_parallel_calls=tf.data.AUTOTUNE)
+    if cache:
+        ds = ds.cache()
+    ds = _batched(ds, per_pipeline_batch, max_num_patches, buckets, drop_remainder=False)
+    return ds.prefetch(tf.data.AUTOTUNE).with_options(data._options())

@@ -70,7 +70,7 @@ def load_or_build_model(args):
         (None, 10)
     """
     if args.keras_model is None:
-        return build_model(args)
+        return build_model(args, **({"flexible": True} if getattr(args, "max_patches", None) else {}))
     import keras
 
     import vit_keras.layers  # noqa: F401  (registers the layers safe_mode loading needs)
@@ -78,3 +78,38 @@ def load_or_build_model(args):
     if not os.path.isfile(args.keras_model):
         raise ValueError(f"--keras-model {args.keras_model!r} does not exist")
     return keras.models.load_model(args.keras_model, safe_mode=True)
+
+
+def add_max_patches_argument(parser: argparse.ArgumentParser, action: str) -> None:
+    """Add `--max-patches N`: the patch budget a flexible (NaFlex) model `action` each image at.
+
+    Example:
+        >>> p = argparse.ArgumentParser(); add_max_patches_argument(p, "scores")
+        >>> p.parse_args(["--max-patches", "256"]).max_patches
+        256
+    """
+    parser.add_argument("--max-patches", type=positive_int, default=None, metavar="N",
+                        help=f"for a flexible (NaFlex) model: it {action} each image at its own aspect ratio, fit to "
+                        "at most N patches (use the N it was trained with)")
+
+
+def naflex_patch_size(model, max_patches: int | None) -> int | None:
+    """The patch size of `model` when it is flexible (NaFlex), None for a model of fixed-size images; a `ValueError`
+    naming `--max-patches` when the flag and the model disagree.
+
+    Example:
+        >>> import vit_keras
+        >>> naflex_patch_size(vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=1, num_heads=3,
+        ...                                 mlp_dim=96, classes=3), None) is None
+        True
+    """
+    from vit_keras.naflex_data import flexible_patch_size
+
+    patch = flexible_patch_size(model)
+    if patch is not None and max_patches is None:
+        raise ValueError("the model is flexible (NaFlex): it takes images at their own aspect ratio cut into patches, "
+                         "so it needs --max-patches N (the patch budget per image it was trained with, e.g. 256).")
+    if patch is None and max_patches is not None:
+        raise ValueError(f"--max-patches {max_patches} is for a flexible (NaFlex) model, and this one takes images of "
+                         f"one size {tuple(model.input_shape[1:3])}: drop --max-patches.")
+    return patch

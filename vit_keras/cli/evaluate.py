@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from vit_keras.cli.common import add_model_arguments
+from vit_keras.cli.common import add_max_patches_argument, add_model_arguments
 
 
 def register(subparsers) -> None:
@@ -36,6 +36,7 @@ def register(subparsers) -> None:
                         help="also run the linear few-shot probe (1, 5, 10, 25 shots from --train-split)")
     parser.add_argument("--train-split", default="train", help="split the few-shot examples come from")
     parser.add_argument("--l2-reg", type=float, default=1.0, help="ridge penalty of the few-shot probe")
+    add_max_patches_argument(parser, "scores")
     parser.set_defaults(func=run_evaluate)
 
 
@@ -44,16 +45,21 @@ def run_evaluate(args) -> int:
 
     import keras
 
-    from vit_keras.cli.common import build_model
+    from vit_keras.cli.common import build_model, naflex_patch_size
     from vit_keras.training import evaluate, few_shot_probe
 
+    if args.few_shot and args.max_patches is not None:
+        raise ValueError("--few-shot is not available for a flexible (NaFlex) model (--max-patches) yet: its probe "
+                         "takes images of one size. Drop --few-shot to score the checkpoint's accuracy.")
     if args.checkpoint:
         if not os.path.isfile(args.checkpoint):
             raise ValueError(f"Checkpoint {args.checkpoint!r} does not exist.")
         model = keras.models.load_model(args.checkpoint, safe_mode=True)
     else:
-        model = build_model(args)
-    results = evaluate(model, args.dataset, args.split, batch_size=args.batch_size, data_dir=args.data_dir)
+        model = build_model(args, **({} if args.max_patches is None else {"flexible": True}))
+    naflex_patch_size(model, args.max_patches)  # the flag and the model agree, or a ValueError naming the flag
+    results = evaluate(model, args.dataset, args.split, batch_size=args.batch_size, data_dir=args.data_dir,
+                       max_patches=args.max_patches)
     if args.few_shot:
         results.update(few_shot_probe(model, args.dataset, args.dataset, train_split=args.train_split,
                                       test_split=args.split, l2_reg=args.l2_reg, batch_size=args.batch_size,

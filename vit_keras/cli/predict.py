@@ -10,7 +10,13 @@ from __future__ import annotations
 import sys
 
 from vit_keras.cli.arguments import positive_int
-from vit_keras.cli.common import add_keras_model_argument, add_model_arguments, load_or_build_model
+from vit_keras.cli.common import (
+    add_keras_model_argument,
+    add_max_patches_argument,
+    add_model_arguments,
+    load_or_build_model,
+    naflex_patch_size,
+)
 from vit_keras.cli.memory import map_large_blocks
 
 
@@ -30,6 +36,7 @@ def register(subparsers) -> None:
     parser.add_argument("--batch-size", type=positive_int, default=32,
                         help="images decoded and classified at a time (default: 32); memory grows with it, not "
                         "with the number of images")
+    add_max_patches_argument(parser, "classifies")
     parser.add_argument("--random-weights", action="store_true",
                         help="run without --weights (untrained: the printed classes mean nothing)")
     parser.set_defaults(func=run)
@@ -48,6 +55,25 @@ def load_image(path: str, size):
     from vit_keras.images import read_image
 
     return read_image(path, size)
+
+
+def naflex_inputs(paths, patch_size: int, max_patches: int) -> dict:
+    """The NaFlex batch of image files for a flexible model: each decoded at its own size, then fit to
+    `max_patches` patches as in training (`vit_keras.images.naflex_patches`).
+
+    Example:
+        >>> from PIL import Image
+        >>> Image.new("RGB", (40, 16)).save("wide.png")
+        >>> naflex_inputs(["wide.png"], 8, 16)["grid"].tolist()
+        [[2, 5]]
+    """
+    from vit_keras.images import check_image_file, naflex_patches
+
+    images = []
+    for path in paths:
+        width, height = check_image_file(path)[1]
+        images.append(load_image(path, (height, width)))
+    return naflex_patches(images, patch_size, max_patches)
 
 
 def batches(items, size: int):
@@ -83,10 +109,14 @@ def run(args) -> int:
     model = load_or_build_model(args)
     if args.random_weights:
         print("warning: --random-weights: the model is untrained, its predictions are meaningless", file=sys.stderr)
-    size = model.input_shape[1:3]
+    patch = naflex_patch_size(model, args.max_patches)
     top = min(args.top, int(model.output_shape[-1]))
     for paths in batches(args.images, args.batch_size):
-        scores = np.asarray(model.predict_on_batch(np.stack([load_image(path, size) for path in paths])))
+        if patch is None:
+            inputs = np.stack([load_image(path, model.input_shape[1:3]) for path in paths])
+        else:
+            inputs = naflex_inputs(paths, patch, args.max_patches)
+        scores = np.asarray(model.predict_on_batch(inputs))
         if scores.shape[-1] == 1000:
             rows = decode_predictions(scores, top=top)
         else:

@@ -9,6 +9,10 @@ Examples:
   vit-keras train --model Ti/16 --patch-size 2 --dataset vit_keras_digits --image-size 16 --batch-size 64 \\
       --steps 300 --warmup-steps 30 --learning-rate 0.1 --output-dir runs/digits
 
+  # Native aspect ratio (NaFlex): each image fit to at most 256 patches of 16x16, batches of similar lengths:
+  vit-keras train --model B/16 --weights vit-b16-i21k.weights.h5 --dataset oxford_flowers102 --max-patches 256 \\
+      --naflex-buckets 64 128 192 --batch-size 64 --steps 2000 --output-dir runs/flowers-naflex
+
   # On a TPU VM: add --tpu local. Several machines: set TF_CONFIG on each and run the same command.
 
 Watch with `tensorboard --logdir OUTPUT_DIR/logs`. Run the same command again after an interruption: it
@@ -62,6 +66,13 @@ def register(subparsers) -> None:
                       help="enable RandAugment with OPS operations of strength FACTOR in [0, 1]")
     data.add_argument("--mixup", type=non_negative_number, default=None, metavar="ALPHA",
                       help="enable MixUp with Beta(ALPHA)")
+    data.add_argument("--max-patches", type=positive_int, default=None, metavar="N",
+                      help="native aspect ratio (NaFlex): train a flexible model, each image kept at its aspect "
+                      "ratio and fit to at most N patches, the batch padded to N and masked (instead of --image-size)")
+    data.add_argument("--naflex-buckets", type=positive_int, nargs="+", default=None, metavar="LENGTH",
+                      help="with --max-patches: batch images of similar patch counts together and pad each batch "
+                      "only to the smallest of these sequence lengths that holds it (N when none does), e.g. 64 128 "
+                      "192: less compute spent on padding")
     recipe = parser.add_argument_group("recipe (defaults: the paper's; see vit_keras.training.finetune/pretrain)")
     recipe.add_argument("--recipe", choices=sorted(RECIPES), default="finetune",
                         help="finetune: SGD+cosine, no weight decay; pretrain: AdamW+linear, weight decay, dropout")
@@ -102,7 +113,8 @@ def config_from_args(args):
     """
     overrides = recipe_overrides(args)
     extra = {"weight_decay": args.weight_decay, "dropout_rate": args.dropout, "randaugment": args.randaugment,
-             "mixup_alpha": args.mixup}
+             "mixup_alpha": args.mixup, "max_patches": args.max_patches,
+             "naflex_buckets": None if args.naflex_buckets is None else tuple(args.naflex_buckets)}
     overrides.update({key: value for key, value in extra.items() if value is not None})
     if args.deterministic:
         overrides["deterministic"] = True
@@ -126,13 +138,24 @@ def run_train(args) -> int:
         classes = split.num_classes
     else:
         raise ValueError(f"{args.dataset} does not say how many classes it has: pass --classes.")
-    image_size = args.image_size or 224
+    # A flexible (NaFlex) model takes each image at its own size: no --image-size (the config refuses both).
+    image_size = None if config.max_patches else args.image_size or 224
     # train() checks that the model carries the recipe's dropout; it is fixed when the model is built.
     overrides = architecture_overrides(args, config)
+    if config.max_patches:
+        overrides["flexible"] = True
 
     def build():
         args.classes, args.image_size = classes, image_size
-        return build_model(args, classifier_activation=None, **overrides)
+        try:
+            return build_model(args, classifier_activation=None, **overrides)
+        except ValueError as error:
+            if not config.max_patches or "flexible" not in str(error):
+                raise
+            # The builder names flexible=True; on the command line that is --max-patches.
+            raise ValueError(f"--max-patches {config.max_patches} trains a flexible (NaFlex) model, which --model "
+                             f"{args.model}{' --weights ' + args.weights if args.weights else ''} cannot be: {error} "
+                             "Drop --max-patches to train at a fixed --image-size, or pick a plain ViT.") from None
 
     try:
         result = train(

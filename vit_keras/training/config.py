@@ -79,6 +79,11 @@ class TrainConfig:
     mixup_alpha: float = 0.0
     shuffle_buffer: int = 10_000
     cache: bool = True
+    # NaFlex (a model built with flexible=True): each image keeps its aspect ratio, fit to at most `max_patches`
+    # patches, the batch padded to max_patches (or, with `naflex_buckets`, to the smallest of those sequence
+    # lengths that holds its longest image) and masked. None: fixed-size images of `image_size`.
+    max_patches: int | None = None
+    naflex_buckets: tuple[int, ...] | None = None
     # Execution
     seed: int = 0
     deterministic: bool = False
@@ -138,6 +143,7 @@ class TrainConfig:
                                  f"{self.image_size!r}.")
         if self.crop not in CROPS:
             raise ValueError(f"`crop` must be one of {CROPS}, got {self.crop!r}.")
+        self._check_naflex()
         if self.randaugment is not None:
             try:
                 num_ops, factor = self.randaugment
@@ -148,6 +154,34 @@ class TrainConfig:
                 raise ValueError(f"`randaugment` num_ops must be a positive integer, got {num_ops!r}.")
             _check_number("randaugment factor", factor, low=0.0, high=1.0, high_open=False,
                           hint="the strength of each operation in [0, 1]")
+
+    def _check_naflex(self) -> None:
+        """`max_patches` and `naflex_buckets` in range, and no fixed-size option beside them."""
+        if self.max_patches is None:
+            if self.naflex_buckets is not None:
+                raise ValueError("`naflex_buckets` groups NaFlex batches by length: it needs `max_patches` (vit-keras "
+                                 "train --max-patches N).")
+            return
+        if _not_integer(self.max_patches) or self.max_patches < 1:
+            raise ValueError(f"`max_patches` must be a positive integer (patches per image), got "
+                             f"{self.max_patches!r}.")
+        if self.image_size is not None:
+            raise ValueError(f"`image_size` ({self.image_size!r}) and `max_patches` ({self.max_patches}) exclude each "
+                             "other: with max_patches each image keeps its own size, fit to that many patches; set "
+                             "image_size=None (drop --image-size).")
+        # Both mix whole images of one size: images of different grids have no pixel-to-pixel counterpart.
+        for name, value, off in (("randaugment", self.randaugment, None), ("mixup_alpha", self.mixup_alpha, 0.0)):
+            if value != off:
+                raise ValueError(f"`{name}` ({value!r}) needs images of one fixed size and is not available with "
+                                 f"`max_patches` (NaFlex); the crop ({self.crop!r}) and flip work at each image's "
+                                 f"own size. Set {name}={off!r} (drop --{'mixup' if name == 'mixup_alpha' else name})"
+                                 " or train at a fixed --image-size.")
+        if self.naflex_buckets is not None:
+            buckets = tuple(self.naflex_buckets) if isinstance(self.naflex_buckets, tuple | list) else None
+            if not buckets or any(_not_integer(b) or not 1 <= b <= self.max_patches for b in buckets) or \
+                    any(b <= a for a, b in zip(buckets, buckets[1:])):
+                raise ValueError(f"`naflex_buckets` must be increasing sequence lengths in [1, max_patches="
+                                 f"{self.max_patches}], e.g. (64, 128, 192), got {self.naflex_buckets!r}.")
 
     @property
     def micro_batch_size(self) -> int:

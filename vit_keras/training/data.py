@@ -195,6 +195,17 @@ def inception_crop(image, image_size, seed, area_range=INCEPTION_CROP_AREA):
         >>> inception_crop(tf.zeros((32, 32, 3)), (16, 16), tf.constant([0, 1])).shape
         TensorShape([16, 16, 3])
     """
+    return _tf().image.resize(inception_box(image, seed, area_range), _as_hw(image_size))
+
+
+def inception_box(image, seed, area_range=INCEPTION_CROP_AREA):
+    """`inception_crop`'s random box, cut out at its own size (a NaFlex run resizes it to its patch budget).
+
+    Example:
+        >>> import tensorflow as tf
+        >>> inception_box(tf.zeros((32, 32, 3)), tf.constant([0, 1])).shape.rank
+        3
+    """
     tf = _tf()
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
         tf.shape(image),
@@ -206,7 +217,7 @@ def inception_crop(image, image_size, seed, area_range=INCEPTION_CROP_AREA):
     )
     crop = tf.slice(image, begin, size)
     crop.set_shape([None, None, image.shape[-1]])  # the box keeps every channel
-    return tf.image.resize(crop, _as_hw(image_size))
+    return crop
 
 
 def resize(image, image_size):

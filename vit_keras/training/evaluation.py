@@ -42,7 +42,7 @@ def inference_function(model):
     jit_compile, _ = hardware.xla_pays(hardware.default_kind(), model.dtype_policy.name)
     function = tf.function(lambda images: model(images, training=False), jit_compile=jit_compile,
                            reduce_retracing=True)
-    return lambda images: function(tf.convert_to_tensor(images)).numpy()
+    return lambda images: function(tf.nest.map_structure(tf.convert_to_tensor, images)).numpy()
 
 
 def predict_dataset(model, dataset):
@@ -62,30 +62,43 @@ def predict_dataset(model, dataset):
     forward = inference_function(model)
     scores, labels, full = [], [], None
     for images, batch_labels in dataset.as_numpy_iterator():
-        count = len(images)
+        count = len(batch_labels)
         full = full or count
-        if count < full:
+        # NaFlex batches (dicts) vary in length anyway; an all-zero padding row would be an image of no patches.
+        if count < full and not isinstance(images, dict):
             images = np.concatenate([images, np.zeros((full - count, *images.shape[1:]), images.dtype)])
         scores.append(np.asarray(forward(images), np.float32)[:count])
         labels.append(batch_labels.argmax(-1) if batch_labels.ndim == 2 else batch_labels)
     return np.concatenate(scores), np.concatenate(labels)
 
 
-def evaluate(model, source, split: str = "test", *, batch_size: int = 256, data_dir: str | None = None) -> dict:
+def evaluate(model, source, split: str = "test", *, batch_size: int = 256, data_dir: str | None = None,
+             max_patches: int | None = None) -> dict:
     """Top-1 and top-5 accuracy of `model` on a tfds split (or a `tf.data.Dataset` of (image, label)),
-    with vit_jax's eval preprocessing (resize to the model's input size).
+    with vit_jax's eval preprocessing (resize to the model's input size). A flexible (NaFlex) model needs
+    `max_patches`: each image is fit to that many patches at its own aspect ratio (`naflex_eval_pipeline`).
 
     Example:
         >>> evaluate(tiny_model, digits_test)  # an untrained model: about chance
         {'top1': ..., 'top5': ..., 'examples': 360}
     """
+    from vit_keras.naflex_data import flexible_patch_size, naflex_eval_pipeline
     from vit_keras.training import data
 
+    patch = flexible_patch_size(model)
+    if (patch is None) != (max_patches is None):
+        raise ValueError("A flexible (NaFlex) model is evaluated with max_patches (its patch budget per image), a "
+                         f"model of fixed-size images without: the model is {'' if patch else 'not '}flexible, "
+                         f"max_patches={max_patches!r}.")
     loaded = source if isinstance(source, data.Split) else data.load(source, split, data_dir=data_dir)
     classes = int(model.output_shape[-1])
     data.check_labels(loaded, classes)
-    pipeline = data.eval_pipeline(loaded.dataset, image_size=tuple(model.input_shape[1:3]), batch_size=batch_size,
-                                  num_classes=classes, cache=False)
+    if patch is not None:
+        pipeline = naflex_eval_pipeline(loaded.dataset, patch_size=patch, max_num_patches=max_patches,
+                                        batch_size=batch_size, num_classes=classes, cache=False)
+    else:
+        pipeline = data.eval_pipeline(loaded.dataset, image_size=tuple(model.input_shape[1:3]),
+                                      batch_size=batch_size, num_classes=classes, cache=False)
     scores, labels = predict_dataset(model, pipeline)
     return {**topk_accuracy(scores, labels, ks=(1, 5)), "examples": int(len(labels))}
 

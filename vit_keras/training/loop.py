@@ -44,6 +44,38 @@ def _patch_size(model) -> int | None:
     return model.get_layer("patches").patch_size if "patches" in names else None
 
 
+def _check_flexible(model, config, patch: int | None) -> None:
+    if config.max_patches is None:
+        raise ValueError(
+            "The model is flexible (NaFlex): it takes patches of images of any aspect ratio, not images of one "
+            "size. Set config.max_patches (patches per image, e.g. 256; vit-keras train --max-patches 256), or "
+            "build the model without flexible=True."
+        )
+    if patch is None:
+        raise ValueError(
+            f"config.max_patches={config.max_patches} trains a flexible (NaFlex) model on images of their own aspect "
+            "ratio, but this model takes images of one size: build it with flexible=True (vit_keras.ViT(..., "
+            "flexible=True) or from_pretrained(..., flexible=True)), or set max_patches=None to train at a fixed "
+            "image_size."
+        )
+    features = int(model.input["patches"].shape[-1])
+    if features != patch * patch * 3:
+        raise ValueError(f"The flexible model takes patches of {features} values, not the {patch}x{patch}x3 RGB "
+                         "patches the training data gives: build it with channels=3.")
+
+
+def _model_pipelines(model, config, classes: int):
+    """The input pipelines `model` takes (checked against `config`): NaFlex patches for a flexible model, else
+    images of the model's fixed size."""
+    from vit_keras.naflex_data import flexible_patch_size
+
+    patch = flexible_patch_size(model)
+    if config.max_patches is not None or patch is not None:
+        _check_flexible(model, config, patch)
+        return _NaflexPipelines(config, patch, classes)
+    return _ImagePipelines(config, _check_model(model, config), classes)
+
+
 def _check_model(model, config) -> tuple[int, int]:
     height, width = model.input_shape[1:3]
     if height is None or width is None:
@@ -280,6 +312,10 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
     `training.parallel.data_parallel()` or `model_parallel(...)`) spreads the run over local devices instead;
     TensorBoard and the tf.data input need TensorFlow installed on every backend.
 
+    A flexible (NaFlex) model (`vit_keras.ViT(..., flexible=True)`) trains with `config.max_patches`: each image
+    at its own aspect ratio fit to that many patches, batches padded and masked (`naflex_data.naflex_train_pipeline`;
+    `config.naflex_buckets` pads each batch only to its bucket's length).
+
     `output_dir` receives `logs/` (TensorBoard), `checkpoints/best.keras` and `last.keras`, `backup/` (emptied
     when the run completes) and `results.json`. Running the same call again after an interruption resumes at
     the last backed-up step. `callbacks` are further Keras callbacks, run after the run's own. Returns a
@@ -320,7 +356,7 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
             with strategy.scope():
                 model = build_model()
             classes = int(model.output_shape[-1])
-            height, width = _check_model(model, config)
+            pipelines = _model_pipelines(model, config, classes)
             _check_dropout(model, config)
             data.check_labels(train_split_data, classes)
             if validation is not None:
@@ -336,19 +372,78 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
                              keras.metrics.TopKCategoricalAccuracy(k=min(5, classes), name="top5_accuracy")],
                     jit_compile=plan.jit_compile,
                 )
-            return _fit(model, strategy, plan, config, train_split_data, validation, classes, (height, width),
+            return _fit(model, strategy, plan, config, train_split_data, validation, classes, pipelines,
                         output_dir, verbose, list(callbacks))
 
 
-def _fit(model, strategy, plan, config, train_split_data, validation, classes, size, output_dir, verbose,
+@dataclasses.dataclass(frozen=True)
+class _ImagePipelines:
+    """The input of a model of fixed-size images: `data.train_pipeline` / `data.eval_pipeline`."""
+
+    config: object
+    size: tuple
+    classes: int
+
+    def train(self, dataset, skip_steps: int, input_context):
+        config = self.config
+        per_pipeline = config.micro_batch_size // input_context.num_input_pipelines
+        return data.train_pipeline(
+            dataset, image_size=self.size, batch_size=config.micro_batch_size, num_classes=self.classes,
+            crop=config.crop, flip=config.flip, randaugment=config.randaugment, mixup_alpha=config.mixup_alpha,
+            shuffle_buffer=config.shuffle_buffer, cache=config.cache, seed=config.seed,
+            deterministic=config.deterministic, skip_examples=skip_steps * per_pipeline, input_context=input_context,
+        )
+
+    def eval(self, dataset, batch_size: int, cache: bool):
+        return data.eval_pipeline(dataset, image_size=self.size, batch_size=batch_size, num_classes=self.classes,
+                                  cache=cache)
+
+    def images(self, inputs):
+        return inputs
+
+
+@dataclasses.dataclass(frozen=True)
+class _NaflexPipelines:
+    """The input of a flexible model: `naflex_data.naflex_train_pipeline` / `naflex_eval_pipeline`."""
+
+    config: object
+    patch_size: int
+    classes: int
+
+    def train(self, dataset, skip_steps: int, input_context):
+        from vit_keras.naflex_data import naflex_train_pipeline
+
+        config = self.config
+        return naflex_train_pipeline(
+            dataset, patch_size=self.patch_size, max_num_patches=config.max_patches,
+            batch_size=config.micro_batch_size, num_classes=self.classes, crop=config.crop, flip=config.flip,
+            buckets=config.naflex_buckets, shuffle_buffer=config.shuffle_buffer, cache=config.cache, seed=config.seed,
+            skip_batches=skip_steps, input_context=input_context,
+        )
+
+    def eval(self, dataset, batch_size: int, cache: bool):
+        from vit_keras.naflex_data import naflex_eval_pipeline
+
+        return naflex_eval_pipeline(dataset, patch_size=self.patch_size, max_num_patches=self.config.max_patches,
+                                    batch_size=batch_size, num_classes=self.classes,
+                                    buckets=self.config.naflex_buckets, cache=cache)
+
+    def images(self, inputs):
+        from vit_keras.naflex_data import naflex_images
+
+        return naflex_images(inputs["patches"], inputs["grid"], self.patch_size)
+
+
+def _fit(model, strategy, plan, config, train_split_data, validation, classes, pipelines, output_dir, verbose,
          extra_callbacks):
     import keras
+    import tensorflow as tf
 
     dirs = RunDirectories.of(output_dir, strategy)
 
-    sample = next(iter(data.eval_pipeline(train_split_data.dataset.take(config.log_images or 1), image_size=size,
-                                          batch_size=max(config.log_images, 1), num_classes=classes, cache=False)))
-    prepare_keras_fit(model, strategy, tuple(np.asarray(t) for t in sample))
+    sample = next(iter(pipelines.eval(train_split_data.dataset.take(config.log_images or 1),
+                                      batch_size=max(config.log_images, 1), cache=False)))
+    prepare_keras_fit(model, strategy, tf.nest.map_structure(np.asarray, sample))
 
     monitor = "val_accuracy" if validation is not None else "accuracy"
     run = resume_run(model, config, dirs.checkpoint_dir, dirs.backup_dir, monitor, "max")
@@ -356,29 +451,19 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, s
     best_checkpoint, last_checkpoint, backup = run.best_checkpoint, run.last_checkpoint, run.backup
 
     def make_train_dataset(skip_steps):
-        def dataset_fn(input_context):
-            per_pipeline = config.micro_batch_size // input_context.num_input_pipelines
-            return data.train_pipeline(
-                train_split_data.dataset, image_size=size, batch_size=config.micro_batch_size,
-                num_classes=classes, crop=config.crop, flip=config.flip, randaugment=config.randaugment,
-                mixup_alpha=config.mixup_alpha, shuffle_buffer=config.shuffle_buffer, cache=config.cache,
-                seed=config.seed, deterministic=config.deterministic, skip_examples=skip_steps * per_pipeline,
-                input_context=input_context,
-            )
-
-        return strategy.distribute_datasets_from_function(dataset_fn)
+        return strategy.distribute_datasets_from_function(
+            lambda input_context: pipelines.train(train_split_data.dataset, skip_steps, input_context))
 
     validation_dataset = None
     if validation is not None:
-        validation_dataset = data.eval_pipeline(validation.dataset, image_size=size, batch_size=config.micro_batch_size,
-                                                num_classes=classes, cache=config.cache)
+        validation_dataset = pipelines.eval(validation.dataset, batch_size=config.micro_batch_size, cache=config.cache)
     callbacks = [
         # First: it raises before any later callback of the same step can save diverged weights.
         cb.StopOnNonFiniteLoss(learning_rate=config.learning_rate),
         # Per-epoch only: its batch axis restarts at 0 on every fit() (one per resume); TrainingMonitor writes
         # the batch curves keyed by optimizer updates instead.
         keras.callbacks.TensorBoard(log_dir=dirs.log_dir, update_freq="epoch"),
-        cb.TrainingMonitor(dirs.log_dir, config.to_dict(), config.micro_batch_size, sample[0],
+        cb.TrainingMonitor(dirs.log_dir, config.to_dict(), config.micro_batch_size, pipelines.images(sample[0]),
                            every=max(micro_per_epoch // 10, 1)),
         # Before the backup, so that a backup taken at an epoch's end holds that epoch's best value.
         best_checkpoint,
