@@ -18,7 +18,8 @@ from tests.test_naflex import ALONE_TOLERANCE
 from tests.test_training import _event_tags
 from vit_keras import training
 from vit_keras.cli import main
-from vit_keras.naflex_data import bucket_boundaries, naflex_buckets, naflex_map, naflex_train_pipeline
+from vit_keras.naflex_data import bucket_boundaries, naflex_buckets, naflex_map
+from vit_keras.training.naflex_pipelines import naflex_train_pipeline
 
 PATCH, MAX_PATCHES = 8, 16
 TOTAL_STEPS, STEPS_PER_EPOCH = 8, 4

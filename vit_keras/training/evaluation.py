@@ -82,8 +82,9 @@ def evaluate(model, source, split: str = "test", *, batch_size: int = 256, data_
         >>> evaluate(tiny_model, digits_test)  # an untrained model: about chance
         {'top1': ..., 'top5': ..., 'examples': 360}
     """
-    from vit_keras.naflex_data import flexible_patch_size, naflex_eval_pipeline
+    from vit_keras.naflex_data import flexible_patch_size
     from vit_keras.training import data
+    from vit_keras.training.naflex_pipelines import naflex_eval_pipeline
 
     patch = flexible_patch_size(model)
     if (patch is None) != (max_patches is None):

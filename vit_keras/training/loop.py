@@ -313,8 +313,8 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
     TensorBoard and the tf.data input need TensorFlow installed on every backend.
 
     A flexible (NaFlex) model (`vit_keras.ViT(..., flexible=True)`) trains with `config.max_patches`: each image
-    at its own aspect ratio fit to that many patches, batches padded and masked (`naflex_data.naflex_train_pipeline`;
-    `config.naflex_buckets` pads each batch only to its bucket's length).
+    at its own aspect ratio fit to that many patches, batches padded and masked
+    (`naflex_pipelines.naflex_train_pipeline`; `config.naflex_buckets` pads each batch only to its bucket's length).
 
     `output_dir` receives `logs/` (TensorBoard), `checkpoints/best.keras` and `last.keras`, `backup/` (emptied
     when the run completes) and `results.json`. Running the same call again after an interruption resumes at
@@ -404,14 +404,14 @@ class _ImagePipelines:
 
 @dataclasses.dataclass(frozen=True)
 class _NaflexPipelines:
-    """The input of a flexible model: `naflex_data.naflex_train_pipeline` / `naflex_eval_pipeline`."""
+    """The input of a flexible model: `naflex_pipelines.naflex_train_pipeline` / `naflex_eval_pipeline`."""
 
     config: object
     patch_size: int
     classes: int
 
     def train(self, dataset, skip_steps: int, input_context):
-        from vit_keras.naflex_data import naflex_train_pipeline
+        from vit_keras.training.naflex_pipelines import naflex_train_pipeline
 
         config = self.config
         return naflex_train_pipeline(
@@ -422,7 +422,7 @@ class _NaflexPipelines:
         )
 
     def eval(self, dataset, batch_size: int, cache: bool):
-        from vit_keras.naflex_data import naflex_eval_pipeline
+        from vit_keras.training.naflex_pipelines import naflex_eval_pipeline
 
         return naflex_eval_pipeline(dataset, patch_size=self.patch_size, max_num_patches=self.config.max_patches,
                                     batch_size=batch_size, num_classes=self.classes,
