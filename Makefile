@@ -64,11 +64,12 @@ $(PEERS): $(STAMP)
 
 # The tables of docs/performance.md: float32 everywhere (every peer, every Keras backend), bfloat16 at batch 16 for
 # the precision rule. `python scripts/benchmark.py` with no arguments runs the whole matrix instead (about 2 hours on 2 cores).
+# Each run prints the machine class and writes benchmarks/<date>-<machine class>-<suite>-<precision>.json.
 benchmark: $(PEERS)
-	$(BIN)/python scripts/benchmark.py --suite inference --precisions float32 --json benchmark_inference.json
+	$(BIN)/python scripts/benchmark.py --suite inference --precisions float32
 	$(BIN)/python scripts/benchmark.py --suite inference --precisions bfloat16 --batch-sizes 16 \
-		--libraries vit_keras,keras-hub,timm --backends tensorflow --json benchmark_inference_bfloat16.json
-	$(BIN)/python scripts/benchmark.py --suite training --precisions float32 --json benchmark_training.json
+		--libraries vit_keras,keras-hub,timm --backends tensorflow
+	$(BIN)/python scripts/benchmark.py --suite training --precisions float32
 
 clean:
 	rm -rf $(VENV) .venv-vitkeras020 demo_output .pytest_cache site

@@ -291,3 +291,60 @@ def test_dinov3_runs_beside_vit_in_vit_keras_and_timm_and_its_cost_is_a_ratio():
     assert "model" not in plain and rope["model"] == "dinov3"
     assert rope["dinov3_vs_vit"] == {"vit_keras": 0.9, "timm": 0.75} and rope["ratios"] == {"timm": 1.5}
     assert "| inference, DINOv3 | 1 |" in script.summary_table([plain, rope], {})
+
+
+def test_the_machine_class_names_the_cpu_its_matrix_instructions_and_the_gpu():
+    """The class in a result's file name tells an AVX2-only CPU from an AVX-512 / AMX one, and a GPU machine from a
+    CPU one: the classes whose float32 and bfloat16 speeds differ."""
+    script = _script()
+    epyc = {"cpu_model": "AMD EPYC", "cpu_flags": ["avx2", "fma"], "gpus": []}
+    sapphire = {"cpu_model": "Intel(R) Xeon(R) Platinum 8480+", "cpu_flags": ["avx2", "avx512f", "avx512_bf16",
+                                                                             "amx_tile", "amx_bf16"], "gpus": []}
+    assert script.machine_class(epyc) == "amd-epyc-avx2"
+    assert script.machine_class(sapphire) == "intel-xeon-platinum-8480-amx"
+    assert script.machine_class({**sapphire, "cpu_flags": ["avx2", "avx512f", "avx512_bf16"]}) \
+        == "intel-xeon-platinum-8480-avx512bf16"
+    assert script.machine_class({**sapphire, "cpu_flags": ["avx2", "avx512f"]}) == "intel-xeon-platinum-8480-avx512"
+    assert script.machine_class({**epyc, "gpus": ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"]}) \
+        == "amd-epyc-avx2-nvidia-h100-80gb-hbm3"
+    unknown = script.machine_class({"cpu_model": "", "cpu_flags": [], "gpus": []})
+    assert unknown and "/" not in unknown and " " not in unknown
+
+
+def test_the_report_line_names_missing_matrix_units_and_every_gpu():
+    script = _script()
+    machine = {"cpu_model": "AMD EPYC", "cpu_flags": ["avx2", "fma"], "cpu_count": 2, "python": "3.11.9", "gpus": []}
+    line = script.machine_line(machine)
+    assert line.startswith("AMD EPYC (avx2, fma; no AVX-512, avx512_bf16 or AMX)") and "no GPU" in line
+    amx = script.machine_line({**machine, "cpu_flags": ["avx2", "avx512f", "avx512_bf16", "amx_tile"]})
+    assert "; no" not in amx
+    gpus = script.machine_line({**machine, "gpus": ["NVIDIA H200", "NVIDIA H200"]})
+    assert "2 GPUs: NVIDIA H200, NVIDIA H200" in gpus
+
+
+def test_gpu_names_come_from_tensorflow(monkeypatch):
+    """The device name TensorFlow reports for each GPU (a fake TensorFlow: this machine may have none)."""
+    script = _script()
+    gpu = SimpleNamespace(name="/physical_device:GPU:0")
+    config = SimpleNamespace(list_physical_devices=lambda kind: [gpu] if kind == "GPU" else [],
+                             experimental=SimpleNamespace(get_device_details=lambda device: {
+                                 "device_name": "NVIDIA H100 80GB HBM3", "compute_capability": (9, 0)}))
+    monkeypatch.setitem(sys.modules, "tensorflow", SimpleNamespace(config=config))
+    assert script.gpu_names() == ["NVIDIA H100 80GB HBM3"]
+
+
+def test_the_default_json_is_dated_and_named_for_the_machine_and_the_run():
+    """Runs on other days, machines, suites or precisions never overwrite each other's file."""
+    import datetime
+
+    script = _script()
+    epyc = {"cpu_model": "AMD EPYC", "cpu_flags": ["avx2", "fma"], "gpus": []}
+    day = datetime.date(2026, 11, 26)
+    path = script.default_json_path(epyc, "inference", ["float32"], day=day)
+    assert path == os.path.join(script.REPO, "benchmarks", "2026-11-26-amd-epyc-avx2-inference-float32.json")
+    others = {script.default_json_path(epyc, "inference", ["bfloat16"], day=day),
+              script.default_json_path(epyc, "training", ["float32"], day=day),
+              script.default_json_path(epyc, "inference", ["float32"], dinov3=True, day=day),
+              script.default_json_path(epyc, "inference", ["float32"], day=datetime.date(2026, 11, 27)),
+              script.default_json_path({**epyc, "gpus": ["NVIDIA H100"]}, "inference", ["float32"], day=day)}
+    assert len(others) == 5 and path not in others

@@ -131,6 +131,9 @@ def test_apply_rope_rotates_the_patch_tokens_as_timm(layout, half, num_prefix_to
                         num_prefix_tokens)
     np.testing.assert_allclose(np.transpose(keras.ops.convert_to_numpy(actual), (0, 2, 1, 3)), expected, atol=ATOL,
                                rtol=0)
+    # The prefix tokens go through the same multiply-add with cos = 1, sin = 0: exactly unchanged, as in timm.
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(actual)[:, :num_prefix_tokens],
+                                  np.transpose(x, (0, 2, 1, 3))[:, :num_prefix_tokens])
     # Fewer tokens (the queries of a block computing its first tokens only) take the grid's first rows.
     first = apply_rope(keras.ops.convert_to_tensor(np.transpose(x, (0, 2, 1, 3))[:, : num_prefix_tokens + 4]), sin,
                        cos, layout, num_prefix_tokens)

@@ -167,6 +167,66 @@ def rotate(x, layout):
     return ops.reshape(ops.stack([-odd, even], axis=-1), ops.shape(x))
 
 
+def _signs(head_dim, layout):
+    """The signs `rotate` gives each channel's partner: `[-1, 1, -1, 1, ...]` or `[-1, ..., -1, 1, ..., 1]`."""
+    half = head_dim // 2
+    if layout == "rotate_half":
+        return np.concatenate([-np.ones(half, np.float32), np.ones(half, np.float32)])
+    return np.tile(np.float32([-1.0, 1.0]), half)
+
+
+def _swap(x, layout):
+    """`rotate(x, layout)` without its signs, as one reshape-reverse-reshape (no slices, no concatenation)."""
+    shape, half = ops.shape(x), x.shape[-1] // 2
+    if layout == "rotate_half":
+        return ops.reshape(ops.flip(ops.reshape(x, (*shape[:-1], 2, half)), axis=-2), shape)
+    return ops.reshape(ops.flip(ops.reshape(x, (*shape[:-1], half, 2)), axis=-1), shape)
+
+
+def rotation_tables(sin, cos, layout, num_prefix_tokens=0):
+    """`sin`/`cos` of the patch tokens to the `(sin', cos')` that `rotate_tokens` takes: the signs of the rotation
+    folded into `sin'`, and `num_prefix_tokens` rows of `cos' = 1`, `sin' = 0` put in front, so that every token,
+    prefix or patch, is rotated by one elementwise expression (the prefix tokens by the identity). The tables have
+    their tokens on axis -3: `(N, 1, head_dim)` (a `(N, head_dim)` table is expanded to it), `(N, heads, head_dim)`
+    or a NaFlex batch's `(batch, N, 1 or heads, head_dim)`.
+
+    For a fixed grid the tables are constants, and so are these (XLA and TensorFlow's graph optimiser fold them).
+
+    Example:
+        >>> s, c = rotation_tables(np.ones((2, 4), "float32"), np.zeros((2, 4), "float32"), "rotate_half", 1)
+        >>> s[:2, 0].numpy().tolist(), c[:, 0, 0].numpy().tolist()  # the prefix row, then a patch row
+        ([[0.0, 0.0, 0.0, 0.0], [-1.0, -1.0, 1.0, 1.0]], [1.0, 0.0, 0.0])
+    """
+    sin, cos = ops.convert_to_tensor(sin), ops.convert_to_tensor(cos)
+    if len(sin.shape) == 2:
+        sin, cos = sin[:, None, :], cos[:, None, :]
+    sin = sin * _signs(sin.shape[-1], "rotate_half" if layout == "rotate_half" else "interleaved")
+    if num_prefix_tokens:
+        widths = [(0, 0)] * (len(sin.shape) - 3) + [(int(num_prefix_tokens), 0), (0, 0), (0, 0)]
+        sin, cos = ops.pad(sin, widths, constant_values=0.0), ops.pad(cos, widths, constant_values=1.0)
+    return sin, cos
+
+
+def rotate_tokens(x, sin, cos, layout):
+    """`x · cos + rotate(x) · sin` for `x` `(batch, tokens, heads, head_dim)` and tables from `rotation_tables`.
+
+    `x` may hold fewer tokens than the tables (the queries of a block that computes its first tokens only): they
+    take the first rows. The rotation is computed in the tables' dtype (float32) and cast back, as timm does.
+
+    Example:
+        >>> s, c = rotation_tables(np.zeros((2, 4), "float32"), np.ones((2, 4), "float32"), "interleaved", 1)
+        >>> tuple(rotate_tokens(keras.ops.ones((1, 3, 1, 4)), s, c, "interleaved").shape)
+        (1, 3, 1, 4)
+    """
+    tokens, rows = x.shape[1], sin.shape[-3]
+    if tokens is None or rows is None or tokens != rows:
+        count = ops.shape(x)[1]
+        sin, cos = sin[..., :count, :, :], cos[..., :count, :, :]
+    dtype = x.dtype
+    x = ops.cast(x, sin.dtype)
+    return ops.cast(x * cos + _swap(x, "rotate_half" if layout == "rotate_half" else "interleaved") * sin, dtype)
+
+
 def apply_rope(x, sin, cos, layout, num_prefix_tokens=0):
     """Rotate the patch tokens of `x` `(batch, tokens, heads, head_dim)`; the first `num_prefix_tokens` pass as is.
 
@@ -174,31 +234,16 @@ def apply_rope(x, sin, cos, layout, num_prefix_tokens=0):
     tokens of the whole grid, or `(batch, N, 1 or heads, head_dim)`: each image's own (a NaFlex batch). `x` may hold
     fewer tokens than `num_prefix_tokens + N` (the queries of a block that computes its first tokens only): its patch
     tokens are the grid's first ones, and take the first rows. The rotation is computed in the tables' dtype
-    (float32) and cast back, as timm does.
+    (float32) and cast back, as timm does. It is `rotation_tables`, then `rotate_tokens`; an attention layer that
+    rotates q and k prepares the tables once for both.
 
     Example:
         >>> sin, cos = np.zeros((2, 4), "float32"), np.ones((2, 4), "float32")
         >>> tuple(apply_rope(keras.ops.ones((1, 3, 1, 4)), sin, cos, "interleaved", 1).shape)
         (1, 3, 1, 4)
     """
-    dtype = x.dtype
-    sin, cos = ops.convert_to_tensor(sin), ops.convert_to_tensor(cos)
-    if len(sin.shape) == 2:
-        sin, cos = sin[:, None, :], cos[:, None, :]
-    if len(sin.shape) == 3:
-        sin, cos = sin[None], cos[None]
-    # (batch or 1, N, heads or 1, head_dim) against x's (batch, tokens, heads, head_dim)
-    prefix, patches = x[:, :num_prefix_tokens], x[:, num_prefix_tokens:]
-    tokens, rows = patches.shape[1], sin.shape[1]
-    if tokens is None or rows is None or tokens != rows:
-        count = ops.shape(patches)[1]
-        sin, cos = sin[:, :count], cos[:, :count]
-    patches = ops.cast(patches, sin.dtype)
-    patches = ops.cast(patches * cos + rotate(patches, "rotate_half" if layout == "rotate_half" else "interleaved")
-                       * sin, dtype)
-    if num_prefix_tokens == 0:
-        return patches
-    return ops.concatenate([prefix, patches], axis=1)
+    sin, cos = rotation_tables(sin, cos, layout, num_prefix_tokens)
+    return rotate_tokens(x, sin, cos, layout)
 
 
 def split_tables(tables):

@@ -9,7 +9,7 @@ from vit_keras.configs import ACTIVATIONS, MLPS
 from vit_keras.layers.checkpoint import nested, plain
 from vit_keras.layers.dtypes import SublayerPolicies
 from vit_keras.layers.norms import NORMS, norm_layer
-from vit_keras.layers.rope import LAYOUTS, apply_rope, split_tables
+from vit_keras.layers.rope import LAYOUTS, rotate_tokens, rotation_tables, split_tables
 from vit_keras.layers.swiglu import SwiGLUBlock
 
 MLP_KINDS = MLPS  # the config's vocabulary
@@ -170,9 +170,10 @@ class RotaryAttention(ProjectionAttention):
              attention_mask=None):
         if rope is None:
             raise ValueError(f"RotaryAttention {self.name!r} needs its RoPE tables: call it with `rope=`.")
-        sin, cos = split_tables(rope)
-        query = apply_rope(self._query_dense(query), sin, cos, self.layout, self.num_prefix_tokens)
-        key = apply_rope(self._key_dense(value if key is None else key), sin, cos, self.layout, self.num_prefix_tokens)
+        # The prefix rows and signs are put into the tables once for q and k (constants for a fixed grid).
+        sin, cos = rotation_tables(*split_tables(rope), self.layout, self.num_prefix_tokens)
+        query = rotate_tokens(self._query_dense(query), sin, cos, self.layout)
+        key = rotate_tokens(self._key_dense(value if key is None else key), sin, cos, self.layout)
         value = self._value_dense(value)
         output, scores = self._compute_attention(query, key, value, attention_mask, training, return_attention_scores)
         output = self._output_dense(output)
