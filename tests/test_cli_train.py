@@ -90,6 +90,27 @@ def _kill_mid_epoch(process, state, steps_per_epoch=STEPS_PER_EPOCH, total_steps
     return killed_at
 
 
+def killed_then_resumed(command, reference, interrupted, **kill):
+    """Run `command(interrupted)`, SIGKILL it mid-epoch (`_kill_mid_epoch(..., **kill)`) while `command(reference)`
+    trains uninterrupted, then run `command(interrupted)` again to the end; return both runs' results.json.
+
+    The reference trains in its own process while the other run goes on (and is killed), so that both cores work
+    and it starts from the same process state as the resumed run: earlier tests in this process may have switched on
+    TensorFlow's process-wide op determinism, which changes the float sums.
+    """
+    process = subprocess.Popen(command(interrupted), env=_env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        killed = pool.submit(_kill_mid_epoch, process, interrupted / "backup" / "backup.json", **kill)
+        subprocess.run(command(reference), env=_env(), check=True, timeout=400,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        killed.result()
+    assert not (interrupted / "results.json").exists()
+    subprocess.run(command(interrupted), env=_env(), check=True, timeout=400,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return [json.loads((run / "results.json").read_text()) for run in (reference, interrupted)]
+
+
 @pytest.mark.slow
 def test_sigkill_mid_epoch_then_same_command_finishes_like_an_uninterrupted_run(tmp_path, capsys):
     import vit_keras.training.data
@@ -97,21 +118,7 @@ def test_sigkill_mid_epoch_then_same_command_finishes_like_an_uninterrupted_run(
     data_dir = str(tmp_path / "tfds")
     vit_keras.training.data.load("vit_keras_digits", data_dir=data_dir)  # prepared once, then only read
     reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
-    process = subprocess.Popen(_command(interrupted, data_dir), env=_env(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    # The uninterrupted reference trains in its own process while the other run goes on (and is killed), so that
-    # both cores work and it starts from the same process state as the resumed run: earlier tests in this process
-    # may have switched on TensorFlow's process-wide op determinism, which changes the float sums.
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        killed = pool.submit(_kill_mid_epoch, process, interrupted / "backup" / "backup.json")
-        subprocess.run(_command(reference, data_dir), env=_env(), check=True, timeout=400,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        killed.result()
-    assert not (interrupted / "results.json").exists()
-
-    subprocess.run(_command(interrupted, data_dir), env=_env(), check=True, timeout=400,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    results = [json.loads((run / "results.json").read_text()) for run in (reference, interrupted)]
+    results = killed_then_resumed(lambda run: _command(run, data_dir), reference, interrupted)
     assert results[0]["updates"] == results[1]["updates"] == TOTAL_STEPS
     for a, b in zip(_weights(reference / "checkpoints" / "last.keras"),
                     _weights(interrupted / "checkpoints" / "last.keras")):

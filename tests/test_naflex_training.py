@@ -2,9 +2,7 @@
 (tests/naflex_dataset.py), killed and resumed like a fixed-size run; batches bucketed by patch count; the refusals
 of what NaFlex cannot do."""
 
-import concurrent.futures
 import json
-import subprocess
 import sys
 
 import numpy as np
@@ -13,7 +11,7 @@ import tensorflow as tf
 
 import vit_keras
 from tests import naflex_dataset
-from tests.test_cli_train import _env, _kill_mid_epoch, _weights
+from tests.test_cli_train import _weights, killed_then_resumed
 from tests.test_naflex import ALONE_TOLERANCE
 from tests.test_training import _event_tags
 from vit_keras import training
@@ -49,20 +47,8 @@ def _command(output_dir, data_dir):
 @pytest.mark.slow
 def test_naflex_run_killed_mid_epoch_resumes_to_the_uninterrupted_weights(tmp_path, data_dir, capsys):
     reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
-    process = subprocess.Popen(_command(interrupted, data_dir), env=_env(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    # As in tests/test_cli_train.py: the reference trains in its own process beside the run that is killed.
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        killed = pool.submit(_kill_mid_epoch, process, interrupted / "backup" / "backup.json", STEPS_PER_EPOCH,
-                             TOTAL_STEPS)
-        subprocess.run(_command(reference, data_dir), env=_env(), check=True, timeout=400,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        killed.result()
-    assert not (interrupted / "results.json").exists()
-    subprocess.run(_command(interrupted, data_dir), env=_env(), check=True, timeout=400,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    results = [json.loads((run / "results.json").read_text()) for run in (reference, interrupted)]
+    results = killed_then_resumed(lambda run: _command(run, data_dir), reference, interrupted,
+                                  steps_per_epoch=STEPS_PER_EPOCH, total_steps=TOTAL_STEPS)
     assert results[0]["updates"] == results[1]["updates"] == TOTAL_STEPS
     assert results[0]["config"]["max_patches"] == MAX_PATCHES and "val_accuracy" in results[0]["metrics"]
     for a, b in zip(_weights(reference / "checkpoints" / "last.keras"),
