@@ -40,8 +40,13 @@ MARKER = re.compile(r"^<!-- generated: ([a-z_]+) -->$", re.MULTILINE)
 
 @contextlib.contextmanager
 def _bare_package():
-    """`vit_keras` as a namespace without its `__init__`, for as long as the tables are read; sys.modules is
-    restored afterwards, so nothing else in the build sees the bare package."""
+    """`vit_keras` as a namespace without its `__init__`, for as long as the tables are read; sys.modules and Keras'
+    registry of serializable classes are restored afterwards, so nothing else in the process sees the bare package
+    (the layers it imports register classes of their own under the same names, which `keras.models.load_model`
+    would otherwise build in place of the package's)."""
+    keras = sys.modules.get("keras")
+    custom_objects = keras.saving.get_custom_objects() if keras is not None else None
+    saved_objects = dict(custom_objects) if custom_objects is not None else None
     saved = {name: module for name, module in sys.modules.items()
              if name == "vit_keras" or name.startswith("vit_keras.")}
     for name in saved:
@@ -56,6 +61,9 @@ def _bare_package():
         for name in [n for n in sys.modules if n == "vit_keras" or n.startswith("vit_keras.")]:
             del sys.modules[name]
         sys.modules.update(saved)
+        if custom_objects is not None:
+            custom_objects.clear()
+            custom_objects.update(saved_objects)
 
 
 def _modules(*names):

@@ -7,6 +7,7 @@ import pathlib
 import re
 import sys
 
+import keras
 import pytest
 
 import vit_keras
@@ -150,6 +151,8 @@ def test_the_tables_are_read_without_the_package_init(hooks):
     assert [dataclasses.astuple(e) for e in registry.REGISTRY.values()] == [
         dataclasses.astuple(e) for e in vit_keras.list_weights()]
     assert all(sys.modules[name] is module for name, module in before.items())
+    # Keras builds a loaded model's layers from the package's own classes, not from the bare read's copies.
+    assert keras.saving.get_registered_object("vit_keras>TransformerBlock") is vit_keras.layers.TransformerBlock
 
 
 def test_readme_is_short_and_links_every_page():

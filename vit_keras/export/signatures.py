@@ -87,6 +87,14 @@ def _any_size_config(layers):
     return config if config.dynamic else None
 
 
+def _model_input(model):
+    """`model.input`, or None for a model that has none (a Sequential that was never called, a subclassed model)."""
+    try:
+        return model.input
+    except (AttributeError, ValueError):
+        return None
+
+
 def describe_model(model, include_preprocessing=None, allow_any_size=False) -> ServingSpec:
     """Check that `model` is a vit_keras model with a fixed image size and say how to serve it.
 
@@ -120,7 +128,7 @@ def describe_model(model, include_preprocessing=None, allow_any_size=False) -> S
         )
     layers = list(_walk_layers(model))
     encoders = [layer for layer in layers if isinstance(layer, PatchEncoder)]
-    if isinstance(model.input, dict) and set(model.input) == set(INPUT_KEYS):
+    if isinstance(_model_input(model), dict) and set(model.input) == set(INPUT_KEYS):
         raise ValueError(
             f"Model {model.name!r} is a flexible (NaFlex) model, whose input is a dict of {list(INPUT_KEYS)}, not "
             "images of one size; export it with vit_keras.export.naflex_saved_model (a SavedModel serving encoded "
