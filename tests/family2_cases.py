@@ -36,9 +36,10 @@ def run(model, x):
     return np.asarray(keras.ops.convert_to_numpy(model(x, training=False)), np.float32)
 
 
-def fixture_input(case, meta):
-    """The case's input as its README says it is fed: as it is (timm), or normalised with meta["preprocess"]."""
-    x = np.load(os.path.join(FAMILY2, case, "input.npy")).astype(np.float32)
+def fixture_input(case, meta, root=FAMILY2):
+    """The case's input (a case directory under `root`: family2 or the earlier family fixtures) as its README says
+    it is fed: as it is (timm), or normalised with meta["preprocess"]."""
+    x = np.load(os.path.join(root, case, "input.npy")).astype(np.float32)
     if meta["call"].get("include_preprocessing") is False:
         mean, std = np.asarray(meta["preprocess"]["mean"]), np.asarray(meta["preprocess"]["std"])
         x = ((x / 255.0 - mean) / std).astype(np.float32)

@@ -16,6 +16,9 @@ import torch
 import transformers
 
 import vit_keras
+from tests.family2_cases import check as _check
+from tests.family2_cases import fixture_input
+from tests.family2_cases import run as _run
 from tests.torch_compat import randomise_parameters
 
 FAMILY = os.path.join(os.path.dirname(__file__), "fixtures", "family")
@@ -23,28 +26,8 @@ CASES = sorted(name for name in os.listdir(FAMILY) if os.path.isdir(os.path.join
 # Reference: the float32 forward against the source framework's output (float64 NumPy, JAX or PyTorch) on O(1)
 # logits. float32 rounding (2^-24 relative per op) accumulated over a few-layer chain of sums of at most a few
 # hundred terms, under any summation order (oneDNN ISA, thread count), stays at a few 1e-6 for these fixtures
-# (LayerScale, registers, MAP heads); 5e-5 x max(1, max |logit|) keeps >= 10x over that.
-TOLERANCE = 5e-5
-
-
-def _check(out, reference):
-    out, reference = np.asarray(out, np.float32), np.asarray(reference, np.float32)
-    assert out.shape == reference.shape
-    scale = max(1.0, float(np.abs(reference).max()))
-    assert np.abs(out - reference).max() <= TOLERANCE * scale, np.abs(out - reference).max()
-    np.testing.assert_array_equal(out.argmax(-1), reference.argmax(-1))
-
-
-def _run(model, x):
-    return np.asarray(keras.ops.convert_to_numpy(model(x, training=False)), np.float32)
-
-
-def _fixture_input(case, meta):
-    x = np.load(os.path.join(FAMILY, case, "input.npy")).astype(np.float32)
-    if meta["call"].get("include_preprocessing") is False:
-        mean, std = np.asarray(meta["preprocess"]["mean"]), np.asarray(meta["preprocess"]["std"])
-        x = ((x / 255.0 - mean) / std).astype(np.float32)
-    return x
+# (LayerScale, registers, MAP heads); 5e-5 x max(1, max |logit|) keeps >= 10x over that: family2_cases.TOLERANCE,
+# which `_check` applies.
 
 
 def test_every_fixture_case_is_here():
@@ -57,7 +40,7 @@ def test_family_fixture_through_from_pretrained_and_keras_round_trip(case, tmp_p
     with open(os.path.join(FAMILY, case, "meta.json")) as f:
         meta = json.load(f)
     model = vit_keras.from_pretrained(os.path.join(FAMILY, case, meta["checkpoint"]), **meta["call"])
-    x = _fixture_input(case, meta)
+    x = fixture_input(case, meta, FAMILY)
     expected = np.load(os.path.join(FAMILY, case, "expected.npy"))
     out = _run(model, x)
     _check(out, expected)
