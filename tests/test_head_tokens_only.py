@@ -16,8 +16,11 @@ import pytest
 import tensorflow as tf
 
 import vit_keras
+from tests.family2_cases import check as _check
+from tests.family2_cases import fixture_input
+from tests.family2_cases import run as _run
 from tests.reference_numpy import params_from_model, randomize_weights, vit_forward
-from tests.test_family import FAMILY, _check, _fixture_input, _run
+from tests.test_family import FAMILY
 
 # Reference: the full model's float32 output; computing only the head's tokens changes the matmul shapes and so
 # the summation blocking (float32 rounding, ~1e-6 on O(1) outputs); 1e-5 keeps 10x.
@@ -48,7 +51,7 @@ def test_class_token_heads_match_the_reference_libraries(case):
     last = [layer for layer in model.layers if layer.name.startswith("Transformer_encoderblock_")][-1]
     distilled = case == "timm_deit_distilled"
     assert last.output.shape[1] == (2 if distilled else 1)  # class (+ distillation) token, registers skipped
-    _check(_run(model, _fixture_input(case, meta)), np.load(os.path.join(FAMILY, case, "expected.npy")))
+    _check(_run(model, fixture_input(case, meta, FAMILY)), np.load(os.path.join(FAMILY, case, "expected.npy")))
 
 
 @pytest.mark.parametrize("case", ALL_TOKEN_READERS)
