@@ -29,7 +29,7 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-# Test tiers. `make test` is the whole suite, the one CI runs (.ci/run): about 30 minutes on 2 cores.
+# Test tiers. `make test` is the whole suite, the one CI runs (.ci/run): about 25 minutes on 2 cores.
 # `make test-fast` leaves out the tests marked slow (pytest -m "not slow"): about 3 minutes on 2 cores, for the
 # edit-test loop; run `make test` before pushing. A test is marked @pytest.mark.slow (a whole file: `pytestmark`)
 # when it takes over 1.5 s on 2 cores, its fixtures' setup included (`pytest --durations=0` shows each phase), or

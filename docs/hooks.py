@@ -203,8 +203,7 @@ def _sizes(sizes) -> str:
 
 def _fields(fields) -> str:
     """`ViTConfig` fields as the keyword arguments that set them."""
-    return ", ".join(f"`{key}={json.dumps(value) if isinstance(value, str) else repr(value)}`"
-                     for key, value in fields.items())
+    return ", ".join(f"`{key}={_value(value)}`" for key, value in fields.items())
 
 
 def timm_families_table() -> str:
@@ -257,8 +256,88 @@ def transformers_families_table() -> str:
     return "\n".join(lines)
 
 
+# One architecture name per family of timm's vision_transformer.py that the reader takes (its name parts are the
+# timm_tokens table); the Eva families are listed whole, every size.
+TIMM_EXAMPLES = (("ViT (paper, AugReg)", "vit_base_patch16_224"), ("DINOv2", "vit_base_patch14_dinov2"),
+                 ("DINOv2 + registers", "vit_base_patch14_reg4_dinov2"),
+                 ("CLIP image tower", "vit_base_patch16_clip_224"),
+                 ("CLIP, OpenAI weights", "vit_base_patch16_clip_quickgelu_224"),
+                 ("ViT, no class token, average pooling", "vit_base_patch16_gap_224"),
+                 ("SigLIP image tower", "vit_base_patch16_siglip_224"),
+                 ("DeiT (distilled)", "deit_base_distilled_patch16_224"), ("DeiT III", "deit3_base_patch16_224"),
+                 ("C-RADIOv3 (timm)", "vit_base_patch16_radio_v3"))
+# The config.json keys (beyond the sizes) without which a transformers type cannot be read; example values.
+HF_REQUIRED_KEYS = {"siglip2_vision_model": {"num_patches": 256},
+                    "radio": {"max_img_size": 2048, "norm_mean": [0.5] * 3, "norm_std": [0.5] * 3,
+                              "num_cls_tokens": 2, "num_registers": 2, "summary_idxs": [0, 1]}}
+_SIZE_FIELDS = {"name", "patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers", "image_size",
+                "map_mlp_dim"}
+
+
+def _defaults() -> dict:
+    """`ViTConfig`'s field defaults: the paper ViT's."""
+    import dataclasses
+
+    (model_config,) = _modules("vit_keras.model_config")
+    return {field.name: field.default for field in dataclasses.fields(model_config.ViTConfig)}
+
+
+def _switched(fields) -> dict:
+    """The fields of `fields` that differ from `ViTConfig`'s defaults, sizes left out."""
+    defaults = _defaults()
+    return {key: value for key, value in fields.items()
+            if key not in _SIZE_FIELDS and key in defaults and defaults[key] != value}
+
+
+def _value(value) -> str:
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def _per_size(by_size: dict) -> str:
+    """`{size: switched fields}` -> the fields every size sets alike, then each field that differs between sizes
+    with its value (the default where a size leaves it) size by size."""
+    defaults = _defaults()
+    keys = list(dict.fromkeys(key for fields in by_size.values() for key in fields))
+    values = {key: {size: fields.get(key, defaults[key]) for size, fields in by_size.items()} for key in keys}
+    common = {key: next(iter(v.values())) for key, v in values.items() if len(set(map(repr, v.values()))) == 1}
+    cells = [_fields(common)] if common else []
+    for key in (key for key in keys if key not in common):
+        groups = {}
+        for size, value in values[key].items():
+            groups.setdefault(_value(value), []).append(size)
+        cells.append(f"`{key}` by size: "
+                     + ", ".join(f"{'/'.join(sizes)} `{value}`" for value, sizes in groups.items()))
+    return "; ".join(cells) or "—"
+
+
+def family_fields_table() -> str:
+    """What each family sets in `ViTConfig`, as its reader computes it: for timm, from architecture names (every size
+    of the Eva families); for transformers, from a config.json of each `model_type` with transformers' defaults."""
+    timm, timm_eva, hf, hf_families = _readers()
+    lines = [_row(("family", "read from", "`ViTConfig` fields it sets (beyond sizes; the rest are the paper ViT's)")),
+             _row(("---",) * 3)]
+    for family, name in TIMM_EXAMPLES:
+        lines.append(_row((family, f"timm `{name}`", _fields(_switched(timm.architecture_switches(name))) or "—")))
+    naflex = {name: _switched(timm._naflex_fields(name, timm.CONFIG_NAME)) for name in timm.NAFLEX_ARCHITECTURES}
+    lines.append(_row(("SigLIP 2 NaFlex", ", ".join(f"timm `{name}`" for name in naflex), _per_size(naflex))))
+    for family in timm_eva.FAMILIES:
+        by_size = {size: _switched(timm_eva.eva_fields({**timm_eva.EVA_DEFAULTS, **family.args, **args,
+                                                         "patch_size": 16})[0])
+                   for size, args in family.sizes.items()}
+        lines.append(_row((family.name, "timm `eva.py`, every size", _per_size(by_size))))
+    sizes = {"hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 3, "intermediate_size": 96,
+             "patch_size": 16, "image_size": 224}
+    readers = [(kind, hf) for kind in hf.MODEL_CLASSES] + [(kind, hf_families) for kind in hf_families.FAMILIES]
+    for kind, reader in readers:
+        config = {"model_type": kind, **sizes, **HF_REQUIRED_KEYS.get(kind, {})}
+        lines.append(_row((f"`{kind}`", "transformers `config.json`",
+                           _fields(_switched(reader.architecture(config, "config.json"))) or "—")))
+    return "\n".join(lines)
+
+
 TABLES = {"variants": variants_table, "weights": weights_table, "timm_families": timm_families_table,
-          "timm_tokens": timm_tokens_table, "transformers_families": transformers_families_table}
+          "timm_tokens": timm_tokens_table, "transformers_families": transformers_families_table,
+          "family_fields": family_fields_table}
 
 
 def render(markdown: str) -> str:

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_FILES = ["tests/test_export.py", "tests/test_quantization.py", "tests/test_precision.py",
               "tests/test_onnx_export.py", "tests/test_training_demo.py", "tests/test_family2.py",
-              "tests/test_family2_hf.py", "tests/test_family2_radio.py", "tests/test_family2_export.py"]
+              "tests/test_family2_hf.py", "tests/test_family2_radio.py", "tests/test_family2_export.py",
+              "tests/test_naflex.py", "tests/test_naflex_forms.py", "tests/test_naflex_training.py"]
 # oneDNN's instruction-set caps from lowest to highest, and the /proc/cpuinfo flag each one needs.
 ISA_ORDER = [("SSE41", "sse4_1"), ("AVX", "avx"), ("AVX2", "avx2"), ("AVX512_CORE", "avx512f"),
              ("AVX512_CORE_AMX", "amx_tile")]

@@ -16,7 +16,8 @@ import transformers
 from transformers.models.siglip2.image_processing_pil_siglip2 import get_image_size_for_max_num_patches
 
 import vit_keras
-from tests.family2_cases import FAMILY2, check, run
+from tests.bounds import Bound
+from tests.family2_cases import FAMILY2, TOLERANCE, check, run
 from tests.torch_compat import randomise_parameters
 from vit_keras.images import naflex_patches, patchify
 from vit_keras.layers.flexible import check_flexible_inputs
@@ -29,6 +30,20 @@ CASES = ("hf_siglip2_naflex", "timm_naflex_siglip2")
 # weights are exactly zero; what differs is the matmul blocking of another sequence length, a few float32 ulps of
 # O(1) values (measured <= 1e-6), so 1e-5 keeps 10x over it.
 ALONE_TOLERANCE = 1e-5
+
+
+def _reference(record_property):
+    """The fixtures' comparison (`check`: the bound and the same argmax), its measured difference recorded."""
+    bound = Bound(TOLERANCE, "relative_diff_reference", record_property)
+
+    def compare(out, expected, what=""):
+        check(out, expected)
+        return bound(out, expected, what)
+    return compare
+
+
+def _alone(record_property):
+    return Bound(ALONE_TOLERANCE, "relative_diff_alone", record_property)
 
 
 
@@ -86,11 +101,11 @@ def test_patchify_order_and_refusals():
 
 @pytest.mark.numerics
 @pytest.mark.parametrize("case", CASES)
-def test_fixture_through_from_pretrained_and_keras_round_trip(case, tmp_path):
+def test_fixture_through_from_pretrained_and_keras_round_trip(case, tmp_path, record_property):
     checkpoint, meta, x, expected = _case(case)
     model = vit_keras.from_pretrained(checkpoint, **meta["call"])
     out = run(model, x)
-    check(out, expected)
+    _reference(record_property)(out, expected)
     path = str(tmp_path / "model.keras")
     model.save(path)
     reloaded = keras.models.load_model(path, safe_mode=True)
@@ -99,21 +114,22 @@ def test_fixture_through_from_pretrained_and_keras_round_trip(case, tmp_path):
 
 @pytest.mark.numerics
 @pytest.mark.parametrize("case", CASES)
-def test_fixture_through_the_flexible_model(case, tmp_path):
+def test_fixture_through_the_flexible_model(case, tmp_path, record_property):
     """The same images as patches (every patch real), then padded beside an image of another shape."""
+    reference, alone = _reference(record_property), _alone(record_property)
     checkpoint, meta, x, expected = _case(case)
     call = {k: v for k, v in meta["call"].items() if k != "image_size"}
     model = vit_keras.from_pretrained(checkpoint, flexible=True, **call)
     batch = naflex_patches(list(x), 8, 15, resize=False)
     assert batch["mask"].all() and batch["grid"].tolist() == [[3, 5], [3, 5]]
     out = run(model, batch)
-    check(out, expected)
+    reference(out, expected)
     other = np.random.default_rng(0).uniform(0, 255 if call.get("include_preprocessing", True) else 1, (40, 16, 3))
     padded = naflex_patches([x[0], other, x[1]], 8, 21, resize=False)
     assert padded["mask"].sum(1).tolist() == [15, 10, 15]
     out_padded = run(model, padded)
-    check(out_padded[[0, 2]], expected)
-    np.testing.assert_allclose(out_padded[[0, 2]], out, atol=ALONE_TOLERANCE * max(1.0, np.abs(out).max()))
+    reference(out_padded[[0, 2]], expected)
+    alone(out_padded[[0, 2]], out)
     path = str(tmp_path / "flexible.keras")
     model.save(path)
     reloaded = keras.models.load_model(path, safe_mode=True)
@@ -133,7 +149,8 @@ def _siglip2(tmp_path):
 
 
 @pytest.mark.numerics
-def test_siglip2_parity_on_a_padded_batch_of_three_shapes(tmp_path):
+def test_siglip2_parity_on_a_padded_batch_of_three_shapes(tmp_path, record_property):
+    same_as_reference, same_as_alone = _reference(record_property), _alone(record_property)
     reference, directory = _siglip2(tmp_path)
     rng = np.random.default_rng(11)
     # Wide (3x5 patches), tall (6x2: rows above the stored 4), small (1x2); padded to the longest, 16.
@@ -146,14 +163,14 @@ def test_siglip2_parity_on_a_padded_batch_of_three_shapes(tmp_path):
     pooled = vit_keras.from_pretrained(directory, flexible=True, include_top=False, pooling="map",
                                        include_preprocessing=False)
     result = run(pooled, batch)
-    check(result, out.pooler_output.numpy())
+    same_as_reference(result, out.pooler_output.numpy(), "pooled")
     tokens = vit_keras.from_pretrained(directory, flexible=True, include_top=False, include_preprocessing=False)
     sequence = run(tokens, batch)
     for index, valid in enumerate(batch["mask"].astype(bool)):
-        check(sequence[index, valid], out.last_hidden_state.numpy()[index, valid])
+        same_as_reference(sequence[index, valid], out.last_hidden_state.numpy()[index, valid], f"tokens {index}")
     for index, image in enumerate(images):
         alone = run(pooled, naflex_patches([image], 8, int(batch["mask"][index].sum()), resize=False))
-        np.testing.assert_allclose(alone[0], result[index], atol=ALONE_TOLERANCE * max(1.0, np.abs(alone).max()))
+        same_as_alone(result[index], alone[0], f"image {index}")
 
 
 def test_padding_values_do_not_reach_real_tokens(tmp_path):
@@ -174,7 +191,7 @@ TINY = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
 
 @pytest.mark.numerics
 @pytest.mark.parametrize("pool,interpolation", [("token", "bicubic"), ("avg", "linear"), ("map", "bicubic_antialias")])
-def test_flexible_model_equals_the_any_size_image_model(pool, interpolation):
+def test_flexible_model_equals_the_any_size_image_model(pool, interpolation, record_property):
     """A flexible model and a model of any image size, same weights: equal on each image (the position grid resized
     with the same interpolation), and each image of a padded batch equal to the image alone."""
     arch = dict(TINY, global_pool=pool, class_token=pool == "token", num_register_tokens=1 if pool == "token" else 0,
@@ -189,9 +206,9 @@ def test_flexible_model_equals_the_any_size_image_model(pool, interpolation):
     images = [rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((24, 40, 3), (40, 16, 3), (32, 32, 3))]
     batch = naflex_patches(images, 8, 20, resize=False)
     out = run(flexible, batch)
+    alone = _alone(record_property)
     for index, image in enumerate(images):
-        expected = run(image_model, image[None])[0]
-        np.testing.assert_allclose(out[index], expected, atol=ALONE_TOLERANCE * max(1.0, np.abs(expected).max()))
+        alone(out[index], run(image_model, image[None])[0], f"image {index}")
 
 
 def test_flexible_inputs_are_checked():
@@ -296,8 +313,9 @@ print(json.dumps({"both": both.tolist(), "alone": [a.tolist() for a in alone]}))
 
 
 @pytest.mark.slow
+@pytest.mark.numerics
 @pytest.mark.tf_only
-def test_naflex_saved_model_serves_jpegs_of_different_sizes_without_vit_keras(tmp_path):
+def test_naflex_saved_model_serves_jpegs_of_different_sizes_without_vit_keras(tmp_path, record_property):
     import subprocess
     import sys
 
@@ -323,11 +341,11 @@ def test_naflex_saved_model_serves_jpegs_of_different_sizes_without_vit_keras(tm
     assert result.returncode == 0, result.stderr[-3000:]
     served = json.loads(result.stdout.strip().splitlines()[-1])
     both, alone = np.asarray(served["both"]), np.asarray(served["alone"])
-    np.testing.assert_allclose(both, alone, atol=ALONE_TOLERANCE * max(1.0, np.abs(alone).max()))
+    _alone(record_property)(both, alone, "both images in one request vs each alone")
     # The same as the Keras model on the same decoded images, prepared by the NumPy helper: the same resize op and
     # sums, graph against eager kernels (measured 1.5e-7), so the one-image bound holds.
     expected = run(model, naflex_patches(decoded, 8, 48))
-    np.testing.assert_allclose(both, expected, atol=ALONE_TOLERANCE * max(1.0, np.abs(expected).max()))
+    Bound(ALONE_TOLERANCE, "relative_diff_keras", record_property)(both, expected, "served vs the Keras model")
     with pytest.raises(ValueError, match="already exists"):
         naflex_saved_model(model, str(tmp_path / "served"), max_num_patches=48)
     with pytest.raises(ValueError, match="exports a flexible"):

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import vit_keras
+from tests.bounds import Bound, relative_diff
 from tests.family2_cases import FAMILY2, check, fixture_input, run
 from vit_keras.images import naflex_patches
 from vit_keras.model_config import config_of
@@ -47,9 +48,8 @@ def _case(case):
     return checkpoint, meta, call
 
 
-def _close(out, expected):
-    np.testing.assert_allclose(out, expected, rtol=0,
-                               atol=SAME_MATHS_TOLERANCE * max(1.0, float(np.abs(expected).max())))
+def _same_maths(record_property):
+    return Bound(SAME_MATHS_TOLERANCE, "relative_diff_same_maths", record_property)
 
 
 def _real(out, tokens):
@@ -70,7 +70,8 @@ def _images(meta, call, patch_size, rng):
 @pytest.mark.slow
 @pytest.mark.numerics
 @pytest.mark.parametrize("case", ROPE_CASES + OTHER_CASES)
-def test_flexible_form_equals_the_fixed_model_and_each_image_equals_it_alone(case):
+def test_flexible_form_equals_the_fixed_model_and_each_image_equals_it_alone(case, record_property):
+    close = _same_maths(record_property)
     checkpoint, meta, call = _case(case)
     fixed = vit_keras.from_pretrained(checkpoint, **meta["call"])
     flexible = vit_keras.from_pretrained(checkpoint, flexible=True, **call)
@@ -83,7 +84,7 @@ def test_flexible_form_equals_the_fixed_model_and_each_image_equals_it_alone(cas
     # The fixture's images at the fixed model's grid: every patch real, then with 5 masked patches of padding.
     for padding in (0, 5):
         out = run(flexible, naflex_patches(list(x), patch_size, rows * cols + padding, resize=False))
-        _close(np.stack([_real(o, expected.shape[1]) for o in out]), expected)
+        close(np.stack([_real(o, expected.shape[1]) for o in out]), expected, f"fixture, {padding} padding")
 
     # Three images of different grids in one padded batch: each as it is alone, and as the model of any image size
     # (its tables and position table computed for the whole grid) gives it.
@@ -96,14 +97,15 @@ def test_flexible_form_equals_the_fixed_model_and_each_image_equals_it_alone(cas
     for index, image in enumerate(images):
         tokens = prefix + int(batch["mask"][index].sum())
         alone = run(flexible, naflex_patches([image], patch_size, tokens - prefix, resize=False))[0]
-        _close(_real(out[index], tokens), _real(alone, tokens))
-        _close(_real(out[index], tokens), run(any_size, image[None])[0])
+        close(_real(out[index], tokens), _real(alone, tokens), f"image {index} in the batch vs alone")
+        close(_real(out[index], tokens), run(any_size, image[None])[0], f"image {index} vs the any-size model")
 
     # Control: the first image's 2x5 grid given as 5x2 (the mask still fits) moves its output.
     transposed = {**batch, "grid": batch["grid"].copy()}
     transposed["grid"][0] = transposed["grid"][0][::-1]
-    moved = np.abs(run(flexible, transposed)[0] - out[0]).max()
-    assert moved > WRONG_GRID_MOVES * max(1.0, float(np.abs(out[0]).max())), moved
+    moved = relative_diff(run(flexible, transposed)[0], out[0])
+    record_property("relative_move_grid_transposed", float(f"{moved:.3g}"))
+    assert moved > WRONG_GRID_MOVES, moved
 
 
 @pytest.mark.slow
@@ -162,8 +164,10 @@ def rope_keras_file(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.numerics
 @pytest.mark.tf_only
-def test_cli_exports_a_flexible_rope_model_to_tflite_that_agrees_with_keras(rope_keras_file, tmp_path, capsys):
+def test_cli_exports_a_flexible_rope_model_to_tflite_that_agrees_with_keras(rope_keras_file, tmp_path, capsys,
+                                                                           record_property):
     import keras
 
     from vit_keras import export
@@ -182,7 +186,7 @@ def test_cli_exports_a_flexible_rope_model_to_tflite_that_agrees_with_keras(rope
     assert batch["mask"].sum(1).tolist() == [10, 12]
     expected = run(model, batch)
     got = export.naflex_tflite_predict(path, batch)
-    np.testing.assert_allclose(got, expected, rtol=0, atol=TFLITE_TOL * max(1.0, float(np.abs(expected).max())))
+    Bound(TFLITE_TOL, "relative_diff_tflite_float32", record_property)(got, expected)
     assert export.non_builtin_operators(path) == []
 
     longer = naflex_patches(images, 8, 20, resize=False)
@@ -217,7 +221,7 @@ def test_flexible_exports_refuse_what_they_cannot_do(rope_keras_file, tmp_path, 
 
 @pytest.mark.slow
 @pytest.mark.numerics
-def test_flexible_attention_maps_of_a_2x5_image_equal_the_fixed_models():
+def test_flexible_attention_maps_of_a_2x5_image_equal_the_fixed_models(record_property):
     """DINOv3 (RoPE, 4 registers): a 16x40 image (2x5 patches) beside a 3x3 one, padded to 12 patches, gives 2x5
     maps equal to those of the model built for 16x40 images (bound: SAME_MATHS_TOLERANCE, on weights <= 1)."""
     from vit_keras.inspection import attention_maps, flexible_attention_maps
@@ -232,8 +236,9 @@ def test_flexible_attention_maps_of_a_2x5_image_equal_the_fixed_models():
     expected = attention_maps(fixed, images[0][None], layer=1)
     assert maps[0].rollout.shape == (1, 2, 5) and maps[0].heads.shape == (1, 3, 2, 5)
     assert maps[1].rollout.shape == (1, 3, 3) and maps[0].image_size == (16, 40)
-    np.testing.assert_allclose(maps[0].rollout, expected.rollout, rtol=0, atol=SAME_MATHS_TOLERANCE)
-    np.testing.assert_allclose(maps[0].heads, expected.heads, rtol=0, atol=SAME_MATHS_TOLERANCE)
+    close = _same_maths(record_property)  # attention weights <= 1: an absolute bound
+    close(maps[0].rollout, expected.rollout, "rollout")
+    close(maps[0].heads, expected.heads, "heads")
     for image_maps in maps:  # distributions over the image's patches, renormalised in float64
         np.testing.assert_allclose(image_maps.rollout.sum(axis=(-2, -1)), 1.0, atol=1e-6)
         np.testing.assert_allclose(image_maps.heads.sum(axis=(-2, -1)), 1.0, atol=1e-6)
