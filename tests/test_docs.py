@@ -120,7 +120,7 @@ def test_family_fields_table_is_what_the_readers_compute(hooks):
     """A row per timm example name, NaFlex, every Eva family and every transformers model type; the cells are the
     readers' own fields (an Eva family's sizes that differ are named: DINOv3's plus sizes and 7B have SwiGLU, as
     timm's eva.py registers them; EVA-02 T/S pack the SwiGLU weights, B/L add its LayerNorm)."""
-    from vit_keras.weights import hf, hf_families, timm, timm_eva
+    from vit_keras.weights import hf, hf_families, timm_eva
 
     rows = _rows(hooks.family_fields_table())
     assert [row[0] for row in rows] == [*(family for family, _ in hooks.TIMM_EXAMPLES), "SigLIP 2 NaFlex",

@@ -196,6 +196,42 @@ def test_cli_exports_a_flexible_rope_model_to_tflite_that_agrees_with_keras(rope
         export.naflex_tflite_predict(path, {**batch, "grid": np.array([[2, 5], [4, 4]], np.int32)})
 
 
+# SavedModel against Keras: tests/test_family2_export.py's SAVED_MODEL_TOL (the same kernels in a graph; measured
+# exactly 0 to 3.3e-7 over the `make test-numerics` settings).
+SAVED_MODEL_TOL = 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.numerics
+@pytest.mark.tf_only
+def test_cli_exports_a_flexible_rope_model_to_a_saved_model_serving_patches_and_jpegs(rope_keras_file, tmp_path,
+                                                                                     capsys, record_property):
+    import keras
+    import tensorflow as tf
+
+    from vit_keras import export
+    from vit_keras.cli import main
+
+    export_dir = str(tmp_path / "served")
+    assert main(["export", export_dir, "--format", "saved_model", "--keras-model", rope_keras_file,
+                 "--max-num-patches", "16", "--num-check-images", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "wrote NaFlex SavedModel version 1" in out and "serve_bytes (encoded images, at most 16 patches" in out
+    model = keras.models.load_model(rope_keras_file, safe_mode=True)
+    served = tf.saved_model.load(os.path.join(export_dir, "1")).signatures
+    close = Bound(SAVED_MODEL_TOL, "relative_diff_saved_model", record_property)
+    rng = np.random.default_rng(6)
+    images = [rng.integers(0, 256, shape).astype(np.uint8) for shape in ((16, 40, 3), (32, 24, 3))]
+    batch = naflex_patches([image.astype(np.float32) for image in images], 8, 16, resize=False)
+    got = served[export.SERVING_DEFAULT](**{key: tf.constant(value) for key, value in batch.items()})["outputs"]
+    close(got.numpy(), run(model, batch), "serving_default (patches, grid, mask)")
+    # Encoded images of two aspect ratios in one request: each fit to at most 16 patches inside the graph, as
+    # naflex_patches fits the decoded pixels (PNG: lossless, so both sides read the same pixels).
+    encoded = [tf.io.encode_png(image).numpy() for image in images]
+    got = served["serve_bytes"](image_bytes=tf.constant(encoded))["outputs"].numpy()
+    close(got, run(model, naflex_patches([image.astype(np.float32) for image in images], 8, 16)), "serve_bytes")
+
+
 @pytest.mark.slow
 @pytest.mark.tf_only
 def test_flexible_exports_refuse_what_they_cannot_do(rope_keras_file, tmp_path, capsys):
