@@ -147,6 +147,15 @@ def _check_jax_parallel(path):
 
 
 @pytest.mark.slow
+def test_jax_only_docstring_examples_run_on_jax_with_two_devices():
+    """`make test` runs on TensorFlow, where vit_keras.training.parallel's examples are skipped: here they run on
+    JAX with two host devices, model_parallel's included."""
+    done = _run("jax", ["-m", "pytest", "--doctest-modules", "vit_keras/training/parallel.py", "-q",
+                        "-p", "no:cacheprovider", "-rs"], timeout=600)
+    assert done.returncode == 0 and "4 passed" in done.stdout and "skipped" not in done.stdout, \
+        done.stdout[-4000:] + done.stderr[-2000:]
+
+
 def test_core_install_runs_on_jax_without_tensorflow():
     script = os.path.join(ROOT, "scripts", "check_core_install.py")
     case = os.path.join(ROOT, "tests", "fixtures", "family", "timm_deit_distilled")

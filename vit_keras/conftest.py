@@ -40,6 +40,8 @@ TF_ONLY_MODULES = ("vit_keras.export", "vit_keras.datasets", "vit_keras.training
 # Modules whose examples run keras.distribution, which vit_keras supports on the JAX backend only: they run with
 # KERAS_BACKEND=jax (`KERAS_BACKEND=jax pytest vit_keras/training/parallel.py`).
 JAX_ONLY_MODULES = ("vit_keras.training.parallel",)
+# Run by tests/test_backends.py on JAX with two host devices.
+TWO_DEVICE_EXAMPLES = ("vit_keras.training.parallel.model_parallel",)
 
 
 # The vit-keras 0.2.0 compatibility modules warn (FutureWarning) on purpose; their examples show the calls.
@@ -86,6 +88,9 @@ def pytest_collection_modifyitems(config, items):
         if item.name.startswith(JAX_ONLY_MODULES):
             if backend != "jax":
                 item.add_marker(pytest.mark.skip(reason=f"needs the JAX backend (KERAS_BACKEND={backend})"))
+            elif item.name in TWO_DEVICE_EXAMPLES and len(keras.distribution.list_devices()) < 2:
+                item.add_marker(pytest.mark.skip(reason="needs two devices (on a CPU: XLA_FLAGS="
+                                                        "--xla_force_host_platform_device_count=2)"))
         elif backend != "tensorflow" and item.name.startswith(TF_ONLY_MODULES):
             item.add_marker(skip)
 

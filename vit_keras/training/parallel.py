@@ -31,8 +31,9 @@ def data_parallel(devices=None):
     """`keras.distribution.DataParallel` over `devices` (default: every local accelerator, else every CPU device).
 
     Example:
-        >>> data_parallel().device_mesh.shape  # one device here
-        (1,)
+        >>> distribution = data_parallel()
+        >>> distribution.device_mesh.shape == (len(keras.distribution.list_devices()),)
+        True
     """
     _check_backend()
     return keras.distribution.DataParallel(devices=devices or keras.distribution.list_devices())
@@ -68,7 +69,11 @@ def model_parallel(model_devices: int, devices=None):
     axis, the Transformer weights laid out by `vit_layout_map`, batches split over the batch axis.
 
     Example:
-        >>> distribution = model_parallel(model_devices=2)  # needs two or more accelerators  # doctest: +SKIP
+        >>> distribution = model_parallel(model_devices=2, devices=keras.distribution.list_devices()[:2])
+        >>> distribution.device_mesh.shape, distribution.device_mesh.axis_names
+        ((1, 2), ('batch', 'model'))
+
+    Two devices are needed; on a CPU, `XLA_FLAGS=--xla_force_host_platform_device_count=2` gives JAX two.
     """
     _check_backend()
     devices = devices or keras.distribution.list_devices()
