@@ -11,9 +11,14 @@ use (huggingface_hub 2.4.0), serving repositories made of local files.
   `StalledEndpoint` is an address that accepts connections and never answers.
 
 Example:
-    >>> hub = LocalHub(); hub.add("org/name", {"config.json": b"{}"}); hub.start()  # doctest: +SKIP
-    >>> hub.endpoint  # doctest: +SKIP
-    'http://127.0.0.1:40123'
+    >>> import urllib.request
+    >>> hub = LocalHub().start()
+    >>> commit = hub.add("org/name", {"config.json": b"{}"})  # returns the commit hash
+    >>> hub.endpoint.startswith("http://127.0.0.1:")
+    True
+    >>> urllib.request.urlopen(f"{hub.endpoint}/org/name/resolve/main/config.json").read()
+    b'{}'
+    >>> hub.stop()
 """
 
 from __future__ import annotations
