@@ -3,13 +3,17 @@
 MODE "mirrored": trains the same tiny ViT on 1 and on 2 logical CPU devices (MirroredStrategy) and saves both
 final weight sets; "accumulation": for SGD (momentum, active clip) and AdamW (weight decay), one batch of 16 on one
 device and 2 accumulated micro-batches of 8 on 2 logical CPUs (MirroredStrategy); "multiworker": one worker of a
-TF_CONFIG cluster trains and saves its weights.
+TF_CONFIG cluster trains and saves its weights; "naflex_mirrored": a flexible (NaFlex) ViT on the mixed-size dataset
+(tests/naflex_dataset.py), batches padded to N, on 1 and on 2 logical CPUs (MirroredStrategy).
 """
 
 import os
 import sys
 
 import numpy as np
+
+# A flexible (NaFlex) model cut into patches of 8: the mixed-size dataset's images are 8..48 pixels a side.
+TINY_TRAINING_NAFLEX = (("patch_size", 8), ("hidden_size", 32), ("num_layers", 1), ("num_heads", 2), ("mlp_dim", 64))
 
 
 def tiny_vit():
@@ -33,7 +37,7 @@ def weights_of(model):
 def main(mode, out, data_dir):
     import tensorflow as tf
 
-    if mode in ("mirrored", "accumulation"):
+    if mode in ("mirrored", "accumulation", "naflex_mirrored"):
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from vit_keras import training
@@ -64,6 +68,24 @@ def main(mode, out, data_dir):
             np.savez(os.path.join(out, f"{name}_accumulated.npz"), **weights_of(accumulated.model),
                      replicas=accumulated.model.distribute_strategy.num_replicas_in_sync,
                      updates=accumulated.updates)
+    elif mode == "naflex_mirrored":
+        from tests import naflex_dataset
+
+        naflex_dataset.prepare(data_dir)
+
+        def flexible_vit():
+            import vit_keras
+
+            return vit_keras.ViT(flexible=True, classes=naflex_dataset.CLASSES, classifier_activation=None,
+                                 name="tiny", **dict(TINY_TRAINING_NAFLEX))
+
+        recipe = config().replace(max_patches=16)
+        runs = {"single": None, "mirrored": tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])}
+        for name, strategy in runs.items():
+            result = training.train(flexible_vit, naflex_dataset.NAME, recipe, output_dir=os.path.join(out, name),
+                                    validation_split="test", data_dir=data_dir, verbose=0, strategy=strategy)
+            np.savez(os.path.join(out, f"naflex_{name}.npz"), **weights_of(result.model), updates=result.updates,
+                     replicas=result.model.distribute_strategy.num_replicas_in_sync)
     else:
         strategy = training.select_strategy()
         result = training.train(tiny_vit, "vit_keras_digits", config(), output_dir=os.path.join(out, "run"),
