@@ -59,18 +59,8 @@ def pytest_configure(config):
 TF_ONLY_FILES = {"test_export.py", "test_export_cli.py", "test_training_distributed.py"}
 
 
-# The longest files first (several minutes each on 2 cores): `make test` runs `pytest -n 2 --dist loadfile`, which
-# hands whole files to the two processes in collection order, and one of these started last would leave the other
-# process idle for minutes at the end.
-LONGEST_FILES_FIRST = ("test_demo_end_to_end.py", "test_training_demo.py", "test_backends.py", "test_benchmark.py")
-
-
 def pytest_collection_modifyitems(config, items):
-    """Mark the TF-only files' tests, skip every tf_only test on another backend (a backend per process), and
-    put LONGEST_FILES_FIRST at the front (a stable sort: every other file, and each file's tests, keep their
-    order)."""
-    items.sort(key=lambda item: LONGEST_FILES_FIRST.index(item.path.name)
-               if item.path.name in LONGEST_FILES_FIRST else len(LONGEST_FILES_FIRST))
+    """Mark the TF-only files' tests, and skip every tf_only test on another backend (a backend per process)."""
     backend = keras.backend.backend()
     skip = pytest.mark.skip(reason=f"needs the TensorFlow backend (KERAS_BACKEND={backend})")
     for item in items:
