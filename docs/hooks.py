@@ -274,8 +274,9 @@ _SIZE_FIELDS = {"name", "patch_size", "hidden_size", "mlp_dim", "num_heads", "nu
                 "map_mlp_dim"}
 
 
+@functools.cache
 def _defaults() -> dict:
-    """`ViTConfig`'s field defaults: the paper ViT's."""
+    """`ViTConfig`'s field defaults: the paper ViT's (read once per build, not once per table row)."""
     import dataclasses
 
     (model_config,) = _modules("vit_keras.model_config")

@@ -17,7 +17,7 @@ from transformers.models.siglip2.image_processing_pil_siglip2 import get_image_s
 
 import vit_keras
 from tests.bounds import Bound
-from tests.family2_cases import FAMILY2, TOLERANCE, check, run
+from tests.family2_cases import FAMILY2, TOLERANCE, check, fixture_input, run
 from tests.torch_compat import randomise_parameters
 from vit_keras.images import naflex_patches, patchify
 from vit_keras.layers.flexible import check_flexible_inputs
@@ -52,11 +52,8 @@ def _case(case):
     directory = os.path.join(FAMILY2, case)
     with open(os.path.join(directory, "meta.json")) as f:
         meta = json.load(f)
-    x = np.load(os.path.join(directory, "input.npy")).astype(np.float32)
-    if meta["call"].get("include_preprocessing") is False:
-        mean, std = np.asarray(meta["preprocess"]["mean"]), np.asarray(meta["preprocess"]["std"])
-        x = ((x / 255.0 - mean) / std).astype(np.float32)
-    return os.path.join(directory, meta["checkpoint"]), meta, x, np.load(os.path.join(directory, "expected.npy"))
+    return (os.path.join(directory, meta["checkpoint"]), meta, fixture_input(case, meta),
+            np.load(os.path.join(directory, "expected.npy")))
 
 
 # ---- naflex_size

@@ -12,9 +12,6 @@ import sys
 
 import numpy as np
 
-# A flexible (NaFlex) model cut into patches of 8: the mixed-size dataset's images are 8..48 pixels a side.
-TINY_TRAINING_NAFLEX = (("patch_size", 8), ("hidden_size", 32), ("num_layers", 1), ("num_heads", 2), ("mlp_dim", 64))
-
 
 def tiny_vit():
     import vit_keras
@@ -75,9 +72,11 @@ def main(mode, out, data_dir):
 
         def flexible_vit():
             import vit_keras
+            from tests.tiny import TINY_TRAINING
 
+            # Patches of 8: the mixed-size dataset's images are 8..48 pixels a side.
             return vit_keras.ViT(flexible=True, classes=naflex_dataset.CLASSES, classifier_activation=None,
-                                 name="tiny", **dict(TINY_TRAINING_NAFLEX))
+                                 name="tiny", **dict(TINY_TRAINING, patch_size=8))
 
         recipe = config().replace(max_patches=16)
         runs = {"single": None, "mirrored": tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])}
