@@ -26,8 +26,12 @@ lint: $(STAMP)
 
 # The documentation site (mkdocs.yml, docs/) into site/; --strict fails on a broken link, a missing page or an
 # API reference that no longer resolves. The model zoo's tables are generated from the package (docs/hooks.py).
+# The build runs the package (generated tables, figures): Keras and matplotlib get a temporary home of their own, so a
+# user's keras.json (its backend) cannot change the site and the build leaves nothing in the home directory.
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	KERAS_HOME="$$tmp/keras" MPLCONFIGDIR="$$tmp/matplotlib" XDG_CACHE_HOME="$$tmp/cache" NO_MKDOCS_2_WARNING=1 \
+		$(BIN)/mkdocs build --strict --site-dir site
 
 # Test tiers. `make test` is the whole suite, the one CI runs (.ci/run): about 25 minutes on 2 cores.
 # `make test-fast` leaves out the tests marked slow (pytest -m "not slow"): about 3 minutes on 2 cores, for the

@@ -11,9 +11,16 @@ Examples may also use these names, made only for the examples that mention them 
 `images` / `labels` (8 random RGB images in [0, 255] at 32x32, and class ids), `digits` / `digits_test`
 (scikit-learn's bundled 8x8 digits as `vit_keras.data.Split`s, train and test), and `saved_model_dir`,
 `tflite_file`, `onnx_file`: `tiny_model` exported once per test session (read them, do not write them).
+
+Examples that name the bundled tfds dataset `vit_keras_digits` find it prepared: the first preparation in a data
+directory prints tfds' "Downloading and preparing dataset ..." line, so it happens here, once per process, in the
+run's own empty `TFDS_DATA_DIR` (the repository's `conftest.py`), instead of in whichever example comes first —
+the examples' output then does not depend on what an earlier run left behind.
 """
 
+import contextlib
 import importlib.util
+import io
 import os
 import re
 from pathlib import Path
@@ -146,6 +153,29 @@ SESSION_FILES = {"saved_model_dir": _exported(_saved_model), "tflite_file": _exp
 _session_files: dict = {}
 
 
+BUNDLED_DATASET = "vit_keras_digits"
+_prepared_datasets: set = set()
+
+
+def prepare_bundled_dataset(data_dir=None) -> str:
+    """Prepare `vit_keras_digits` in `data_dir` (default: $TFDS_DATA_DIR) with tfds' progress output swallowed."""
+    import tensorflow_datasets as tfds
+
+    import vit_keras.datasets  # noqa: F401  (registers the builder)
+
+    builder = tfds.builder(BUNDLED_DATASET, data_dir=data_dir)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        builder.download_and_prepare()
+    return builder.data_dir
+
+
+def _mentions_bundled_dataset(item) -> bool:
+    dtest = getattr(item, "dtest", None)
+    if not dtest or importlib.util.find_spec("tensorflow_datasets") is None:
+        return False
+    return any(BUNDLED_DATASET in example.source for example in dtest.examples)
+
+
 def _names_used(item) -> set:
     dtest = getattr(item, "dtest", None)
     source = "\n".join(example.source for example in dtest.examples) if dtest else ""
@@ -156,6 +186,9 @@ def _names_used(item) -> set:
 def _doctest_environment(request, doctest_namespace, tmp_path, tmp_path_factory, monkeypatch):
     doctest_namespace.update(np=np, keras=keras, vit_keras=vit_keras)
     used = _names_used(request.node)
+    if _mentions_bundled_dataset(request.node) and BUNDLED_DATASET not in _prepared_datasets:
+        prepare_bundled_dataset()
+        _prepared_datasets.add(BUNDLED_DATASET)
     for name in sorted(used & set(SESSION_FILES)):
         if name not in _session_files:
             _session_files[name] = SESSION_FILES[name](tmp_path_factory.mktemp(name))
