@@ -47,8 +47,16 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 ABANDON_GRACE = 2.0
 # An index lists shard file names; a few kilobytes per thousand tensors. Anything far larger is not an index.
 MAX_INDEX_BYTES = 16 << 20
-# The hub's repository names: an optional namespace, then the name (letters, digits, '-', '_', '.').
-_REPO_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
+# The hub's repository names: an optional namespace, then the name; each part ASCII letters, digits, '-', '_' and
+# '.', starting and ending with a letter or digit (the hub's rules, huggingface_hub's validate_repo_id). Matched
+# whole (fullmatch): '$' would let a trailing newline through.
+MAX_REPO_PART = 96
+_REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?"
+_REPO_ID = re.compile(rf"(?:{_REPO_PART}/)?{_REPO_PART}", re.ASCII)
+# A revision: a branch or tag (git's ref-name rules, e.g. refs/pr/1) or a commit hash; never whitespace, control
+# characters or the characters git forbids in a ref.
+MAX_REVISION = 255
+_REVISION = re.compile(r"[A-Za-z0-9_./+-]+", re.ASCII)
 _SHARD_NAME = re.compile(r"^[\w.-]+\.safetensors$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _GIT_SHA1 = re.compile(r"^[0-9a-f]{40}$")
@@ -80,15 +88,40 @@ def parse(source: str, revision: str | None = None) -> tuple[str, str | None]:
                        "hf-hub:timm/vit_base_patch16_224.augreg_in21k).")
     rest = source[len(next(p for p in PREFIXES if source.startswith(p))):]
     repo_id, _, pinned = rest.partition("@")
-    repo_id = repo_id.strip("/")
-    if not _REPO_ID.match(repo_id) or ".." in repo_id:
-        raise HubError(f"{source!r}: {repo_id!r} is not a hub repository id; write ORG/NAME (letters, digits, "
-                       "'-', '_' and '.'), e.g. hf-hub:timm/vit_base_patch16_224.augreg_in21k.")
+    _check_repo_id(source, repo_id)
     if "@" in rest and not pinned:
         raise HubError(f"{source!r} ends in '@' without a revision; write @BRANCH, @TAG or @COMMIT, or drop the '@'.")
+    if pinned:
+        _check_revision(pinned, f"{source!r} pins revision")
+    if revision is not None:
+        _check_revision(revision, "revision=")
     if pinned and revision is not None and pinned != revision:
         raise HubError(f"{source!r} pins revision {pinned!r} but revision={revision!r} was passed; give one.")
     return repo_id, pinned or revision
+
+
+def _check_repo_id(source: str, repo_id: str) -> None:
+    """Refuse a repository id the hub could not hold: empty parts, a stray '/', whitespace or control characters
+    (a pasted newline), non-ASCII letters, parts over `MAX_REPO_PART` characters."""
+    parts = repo_id.split("/")
+    too_long = [part for part in parts if len(part) > MAX_REPO_PART]
+    if too_long:
+        raise HubError(f"{source!r}: {too_long[0][:20]!r}... is {len(too_long[0])} characters long; the hub's "
+                       f"organisation and repository names have at most {MAX_REPO_PART}.")
+    if not _REPO_ID.fullmatch(repo_id) or ".." in repo_id or "--" in repo_id:
+        raise HubError(f"{source!r}: {repo_id!r} is not a hub repository id; write ORG/NAME (ASCII letters, digits, "
+                       "'-', '_' and '.', no spaces or line breaks), e.g. "
+                       "hf-hub:timm/vit_base_patch16_224.augreg_in21k.")
+
+
+def _check_revision(revision, what: str) -> None:
+    """Refuse a revision that no branch, tag or commit can have (whitespace, control characters, '..', '@{')."""
+    if not isinstance(revision, str) or not revision:
+        raise HubError(f"{what} {revision!r} is not a revision; pass a branch, tag or commit hash as a string.")
+    if (len(revision) > MAX_REVISION or not _REVISION.fullmatch(revision) or ".." in revision
+            or revision.startswith(("/", ".")) or revision.endswith(("/", ".", ".lock"))):
+        raise HubError(f"{what} {revision!r} is not a branch, tag or commit hash (ASCII letters, digits, '-', '_', "
+                       f"'.', '+' and '/', at most {MAX_REVISION} characters, no spaces or line breaks).")
 
 
 def offline() -> bool:
@@ -158,6 +191,7 @@ def verify(path: str, url: str) -> None:
     # shared blob store, under another name.
     blob = os.path.join(os.path.dirname(path), os.readlink(path)) if os.path.islink(path) else path
     etag = os.path.basename(blob)
+    inside = _in_blobs(path, blob)
     if _SHA256.match(etag):
         algorithm, found = "sha256", download.file_digest(blob)
     elif _GIT_SHA1.match(etag):
@@ -166,6 +200,15 @@ def verify(path: str, url: str) -> None:
         # Without symlinks (Windows without developer mode) huggingface_hub keeps no blob named by its hash.
         raise HubError(f"{path!r} (from {url}) is not linked to a blob named by its hash, so its integrity cannot "
                        "be checked; use a file system with symbolic links for the Hugging Face cache (HF_HOME).")
+    if found != etag and not inside:
+        # Not the cache's own blob (a link made by hand, or a cache copied with absolute links): the file it points
+        # at belongs to someone else and is left alone; only the cache's link goes.
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        raise HubError(f"{path!r} (from {url}) links to {os.path.abspath(blob)!r}, outside the cache's blobs folder "
+                       f"{_blobs_folder(path)!r}, and that file does not match the {algorithm} {etag} the hub states "
+                       f"(got {found}). The link was removed and {os.path.abspath(blob)!r} left untouched; download "
+                       "again to fetch the right file, or point the link at the right one.")
     if found != etag:
         for name in (path, blob):
             with contextlib.suppress(OSError):
@@ -173,6 +216,20 @@ def verify(path: str, url: str) -> None:
         raise HubError(f"The download of {url} does not match the {algorithm} {etag} the hub states for it (got "
                        f"{found}: truncated or altered); it was deleted. Try again; if it persists, the file on the "
                        "hub or a proxy between is at fault.")
+
+
+def _blobs_folder(path: str) -> str:
+    """The `blobs/` folder of the cache a snapshot file belongs to (`<repo folder>/snapshots/<commit>/<file>`)."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(path)))), "blobs")
+
+
+def _in_blobs(path: str, blob: str) -> bool:
+    """Whether `blob` (what the snapshot entry `path` links to) is an entry of its own cache's `blobs/` folder,
+    the only place a mismatching file may be deleted from (the entry itself, which may be a further link, not what
+    it links to). Folders are compared resolved, so a cache reached through a linked directory still counts."""
+    if blob == path:
+        return True  # not a link: the cache's own file
+    return os.path.realpath(os.path.dirname(os.path.abspath(blob))) == os.path.realpath(_blobs_folder(path))
 
 
 def _explain(error: Exception, repo_id: str, revision: str | None, url: str, token, shown: str) -> HubError | None:

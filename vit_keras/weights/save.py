@@ -338,6 +338,17 @@ def _read_back(table, tensors, params, config):
 # ---- the directory
 
 
+def _refuse_link(directory) -> None:
+    """Refuse a `directory` that is a symbolic link: the directory is replaced as a whole, which would replace the
+    link itself (breaking whatever else uses it) rather than write where it points."""
+    path = os.path.abspath(os.fspath(directory))  # "link/" names the link too
+    if os.path.islink(path):
+        target = os.path.realpath(path)
+        raise ValueError(f"{os.fspath(directory)!r} is a symbolic link to {os.readlink(path)!r} ({target}); "
+                         "save_pretrained replaces a directory as a whole and would replace the link, not write "
+                         f"where it points. Pass the target path ({target!r}) to save there, or remove the link.")
+
+
 def _is_empty_dir(path: str) -> bool:
     return os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path)
 
@@ -354,8 +365,8 @@ def save_pretrained(model, directory, format: str = "timm", *, overwrite: bool =
     part of either: both libraries return logits. `label_names` (one per class) go into the config.
 
     The directory is written under a temporary name and renamed into place; an existing non-empty `directory` is
-    refused unless `overwrite=True`. A model the target cannot express is refused with a `ValueError` naming the
-    field and the format that holds it.
+    refused unless `overwrite=True`, and a symbolic link always (pass the path it points to). A model the target
+    cannot express is refused with a `ValueError` naming the field and the format that holds it.
 
     Example:
         >>> import vit_keras
@@ -368,6 +379,7 @@ def save_pretrained(model, directory, format: str = "timm", *, overwrite: bool =
     """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}.")
+    _refuse_link(directory)
     from vit_keras.weights import model_config  # the package imports the readers this module builds on
 
     config = model_config(model)
