@@ -27,6 +27,7 @@ import ml_dtypes
 import numpy as np
 
 from vit_keras.weights import schema
+from vit_keras.weights.safetensors_io import check_finite
 from vit_keras.weights.schema import POS_EMBEDDING
 
 POS_EMBEDDING_KEY = POS_EMBEDDING
@@ -87,18 +88,23 @@ def load_npz_arrays(path: str) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _model_parameters(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _model_parameters(arrays: dict[str, np.ndarray], source: str) -> dict[str, np.ndarray]:
     """Keep the model parameters only: under `opt/target/` or `params/` when the file has such a prefix (the
-    rest is optimizer state, step counters or other towers), with the prefix removed; float32."""
+    rest is optimizer state, step counters or other towers), with the prefix removed; float32 and finite (a NaN or
+    infinity is refused naming its key in the file and `source`)."""
+    kept = ""
     for prefix in _PREFIXES:
         if any(name.startswith(prefix) for name in arrays):
             arrays = {name[len(prefix) :]: value for name, value in arrays.items() if name.startswith(prefix)}
+            kept = prefix
             break
-    return {name: _as_float32(name, value) for name, value in arrays.items()}
+    params = {name: _as_float32(kept + name, value) for name, value in arrays.items()}
+    check_finite({kept + name: value for name, value in params.items()}, source)
+    return params
 
 
-def canonicalize(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Rewrite any supported Google layout into the canonical raw-name dict.
+def canonicalize(arrays: dict[str, np.ndarray], source: str = "the checkpoint") -> dict[str, np.ndarray]:
+    """Rewrite any supported Google layout into the canonical raw-name dict (`source` names the file in errors).
 
     Example:
         >>> canonicalize({"params/pos_embedding": np.zeros((1, 4, 8))}).keys()
@@ -115,7 +121,7 @@ def canonicalize(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             raise ValueError(f"The checkpoint holds {name!r} twice (under two layouts); it is ambiguous.")
         out[name] = value
 
-    for name, value in _model_parameters(arrays).items():
+    for name, value in _model_parameters(arrays, source).items():
         if name == "pos_embedding":
             name = POS_EMBEDDING_KEY
             big_vision_posemb = True
@@ -181,6 +187,6 @@ def read_npz(path: str) -> dict[str, np.ndarray]:
         >>> read_npz("tests/fixtures/vitjax_token_raw/checkpoint.npz")["cls"].shape
         (1, 1, 48)
     """
-    params = canonicalize(load_npz_arrays(path))
+    params = canonicalize(load_npz_arrays(path), source=path)
     check_block_weights(params, path)
     return params

@@ -23,6 +23,8 @@ import os
 
 import numpy as np
 
+from vit_keras.weights.safetensors_io import check_finite
+
 # Top-level groups of a `.weights.h5` that hold the model's own weights: `layers/...` and the model's own `vars`.
 MODEL_GROUPS = ("layers", "vars")
 
@@ -213,6 +215,7 @@ def load_keras_weights(model, path) -> None:
                 )
             # Everything is read before anything is assigned, so a read error leaves the model untouched.
             values = {key: _read(h5_file[key]) for key in expected}
+            check_finite(values, repr(path))
     except OSError as error:  # h5py: not HDF5, truncated, or unreadable
         raise ValueError(f"{path!r} is not a readable Keras weights file ({error}); save or download it "
                          "again.") from error

@@ -31,6 +31,44 @@ def refuse_pickle(path: str) -> None:
         )
 
 
+# Elements tested at a time for NaN and infinity: bounds the temporary mask of a large tensor (4 MiB of booleans).
+_FINITE_CHUNK = 1 << 22
+
+
+def _non_finite_counts(value: np.ndarray) -> tuple[int, int] | None:
+    """(NaN count, infinite count) of a floating-point array, or None when every value is finite (or it is not a
+    float array)."""
+    if not (value.dtype == np.dtype(ml_dtypes.bfloat16) or np.issubdtype(value.dtype, np.floating)):
+        return None
+    flat = value.reshape(-1)
+    chunks = [flat[start:start + _FINITE_CHUNK] for start in range(0, flat.size, _FINITE_CHUNK)]
+    if all(np.isfinite(chunk).all() for chunk in chunks):
+        return None
+    nan = sum(int(np.isnan(chunk).sum()) for chunk in chunks)
+    return nan, sum(int((~np.isfinite(chunk)).sum()) for chunk in chunks) - nan
+
+
+def check_finite(tensors, path) -> None:
+    """Refuse a checkpoint with a NaN or infinite value in any floating-point tensor, naming each such tensor (its
+    key in the file) and the file. Every file reader (safetensors, Google .npz, Keras .weights.h5) passes its
+    tensors here as read, before they are renamed or converted, so the message names what the file holds.
+
+    Example:
+        >>> check_finite({"blocks.0.attn.qkv.weight": np.array([1.0, np.nan, np.inf])}, "model.safetensors")
+        Traceback (most recent call last):
+        ValueError: model.safetensors: tensor 'blocks.0.attn.qkv.weight' has 1 NaN / 1 infinite values; ...
+    """
+    bad = []
+    for name, value in tensors.items():
+        counts = _non_finite_counts(np.asarray(value))
+        if counts is not None:
+            bad.append(f"tensor {name!r} has {counts[0]} NaN / {counts[1]} infinite values")
+    if bad:
+        shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more tensors" if len(bad) > 5 else "")
+        raise ValueError(f"{path}: {shown}; the file is corrupt or was saved after training diverged. Nothing was "
+                         "loaded: use an earlier checkpoint, or download the file again.")
+
+
 _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "I64": np.int64,
            "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 
@@ -76,7 +114,7 @@ class TensorFile(dict):
 def read_safetensors(path: str) -> TensorFile:
     """All tensors of a safetensors file as NumPy arrays (bfloat16 and float16 become float32) in a `TensorFile`, a
     dict that knows its path; an integer or boolean tensor is refused with a `ValueError` naming it, except
-    PyTorch's index buffers (`INDEX_BUFFERS`).
+    PyTorch's index buffers (`INDEX_BUFFERS`), and so is a tensor holding NaN or infinity (`check_finite`).
 
     Example:
         >>> read_safetensors("tests/fixtures/family/timm_deit_distilled/checkpoint/model.safetensors")[
@@ -108,4 +146,5 @@ def read_safetensors(path: str) -> TensorFile:
                 f"{path!r}: tensor {name!r} has dtype {value.dtype}; expected floating-point weights. The file is "
                 "not a float checkpoint (quantised or damaged); export the model's float weights again."
             )
+    check_finite(out, path)
     return TensorFile(out, path)
