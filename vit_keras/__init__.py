@@ -8,7 +8,7 @@ Example:
     (None, 10)
 """
 
-from vit_keras import configs, data, export, inspection, layers, training
+from vit_keras import configs, data, export, features, inspection, layers, training
 from vit_keras.models import (
     ViT,
     ViTB8,
@@ -67,6 +67,7 @@ __all__ = [
     "data",
     "decode_predictions",
     "export",
+    "features",
     "from_pretrained",
     "imagenet_classes",
     "inspection",
