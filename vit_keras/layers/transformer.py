@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from vit_keras.configs import ACTIVATIONS, MLPS
+from vit_keras.layers import attention_path as attention_paths
 from vit_keras.layers.checkpoint import nested, plain
 from vit_keras.layers.dtypes import SublayerPolicies
 from vit_keras.layers.norms import NORMS, norm_layer
@@ -130,11 +131,24 @@ class ProjectionAttention(keras.layers.MultiHeadAttention):
     `use_bias` decides the q/k/v biases only: the libraries' `qkv_bias=False` (timm, transformers' ViT/DINOv2)
     drops those and keeps the output projection's bias, whereas Keras' `use_bias=False` would drop all four.
 
+    The attention itself takes the path `vit_keras.layers.attention_path` chooses for the backend and device
+    (PyTorch's `scaled_dot_product_attention`, cuDNN flash attention on JAX GPUs, Keras' own elsewhere), or the
+    one `attention_path=` names (`"einsum"`, `"keras"`, `"sdpa"`, `"cudnn"`). `return_attention_scores=True` and
+    attention dropout take the explicit einsum path, which has the weights. After a call, `attention_path_taken`
+    names the path that ran.
+
     Example:
         >>> mha = ProjectionAttention(2, 4, use_bias=False); mha.build((1, 3, 8), (1, 3, 8))
         >>> mha.query_dense.bias is None, mha.output_dense.bias is not None
         (True, True)
+        >>> _ = mha(keras.ops.zeros((1, 3, 8)), keras.ops.zeros((1, 3, 8))); mha.attention_path_taken
+        'keras'
     """
+
+    def __init__(self, num_heads, key_dim, attention_path: str | None = None, **kwargs):
+        super().__init__(num_heads, key_dim, **kwargs)
+        self.attention_path = None if attention_path is None else attention_paths.check(attention_path)
+        self.attention_path_taken = None
 
     def _make_output_dense(self, query_shape, common_kwargs, name=None):
         use_bias, self._use_bias = self._use_bias, True
@@ -142,6 +156,44 @@ class ProjectionAttention(keras.layers.MultiHeadAttention):
             return super()._make_output_dense(query_shape, common_kwargs, name)
         finally:
             self._use_bias = use_bias
+
+    def _compute_attention(self, query, key, value, attention_mask=None, training=None,
+                           return_attention_scores=False, use_causal_mask=False):
+        if return_attention_scores or self._dropout > 0.0 or use_causal_mask:  # Keras' explicit scores
+            self._took("einsum")
+            return super()._compute_attention(query, key, value, attention_mask, training, return_attention_scores,
+                                              use_causal_mask)
+        choice = attention_paths.for_call(keras.backend.backend(), keras.backend.standardize_dtype(query.dtype),
+                                          query.shape[-1], attention_mask is not None, self.attention_path)
+        self._took(choice.path)
+        if choice.path == "einsum":
+            output, _ = super()._compute_attention(query, key, value, attention_mask, training, True)
+            return output, None
+        if choice.path == "keras":
+            return super()._compute_attention(query, key, value, attention_mask, training)
+        if choice.path == "sdpa":
+            # (batch, [queries,] keys) -> (batch, heads, queries, keys), broadcast over heads and queries.
+            mask = None if attention_mask is None else ops.cast(attention_mask, "bool")
+            while mask is not None and len(mask.shape) < 4:
+                mask = ops.expand_dims(mask, 1)
+            return attention_paths.sdpa(query, key, value, self._inverse_sqrt_key_dim, mask), None
+        platform, capability = attention_paths.device("jax")
+        refusal = attention_paths.cudnn_refusal(platform, capability, keras.backend.standardize_dtype(query.dtype),
+                                                query.shape[-1], attention_mask is not None)
+        if refusal:
+            raise ValueError(f"attention_path='cudnn' cannot run here: {refusal}. Leave it unset for the automatic "
+                             "choice, or choose 'keras'.")
+        return attention_paths.padded_attention(query, key, value, self._inverse_sqrt_key_dim), None
+
+    def _took(self, path):
+        if self.attention_path_taken != path:  # set once: no attribute write inside later compiled calls
+            self.attention_path_taken = path
+
+    def get_config(self):
+        config = super().get_config()
+        if self.attention_path is not None:  # saved only when chosen by hand: a loaded model re-chooses
+            config["attention_path"] = self.attention_path
+        return config
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")

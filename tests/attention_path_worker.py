@@ -1,0 +1,216 @@
+"""Run in a process of its own by tests/test_attention_path.py, with KERAS_BACKEND set: each attention path of
+that backend against the explicit einsum path, on one transformer block, in float32 and mixed bfloat16.
+
+Writes `<out>/attention_paths.json`: per case, the largest absolute difference from the einsum path's block output
+(and, for the training case, from its input gradient), the path each layer reports, and the magnitude of the
+compared values (for the bounds' scale).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+
+import keras
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from vit_keras.layers import TransformerBlock, attention_path  # noqa: E402
+from vit_keras.layers.rope import RotaryEmbedding2D  # noqa: E402
+
+TOKENS = 197  # ViT-B/16 at 224 px: 14 x 14 patches and the class token (not a multiple of cuDNN's 16)
+WIDTH, HEADS = 64, 4  # head size 16
+
+
+def _inputs(rope: bool, masked: bool):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, TOKENS, WIDTH)).astype("float32")
+    arguments = {}
+    if rope:
+        arguments["rope"] = RotaryEmbedding2D(WIDTH // HEADS, dtype="float32")(keras.ops.zeros((1, 14, 14, 1)))
+    if masked:  # a NaFlex batch: the second example's last 60 tokens are padding
+        mask = np.ones((2, TOKENS), bool)
+        mask[1, -60:] = False
+        arguments["token_mask"] = mask
+    return x, arguments
+
+
+def _block(path, rope, query_tokens=None):
+    keras.utils.set_random_seed(1)
+    block = TransformerBlock(num_heads=HEADS, mlp_dim=2 * WIDTH, rope="rotate_half" if rope else None,
+                             query_tokens=query_tokens)
+    block.build((None, TOKENS, WIDTH))
+    block.attention.attention_path = path
+    return block
+
+
+def _forward(path, rope, masked, query_tokens=None):
+    x, arguments = _inputs(rope, masked)
+    block = _block(path, rope, query_tokens)
+    output = keras.ops.convert_to_numpy(keras.ops.cast(block(x, **arguments), "float32"))
+    return output, block.attention.attention_path_taken
+
+
+def _input_gradient(path, rope):
+    """d(sum of squares of the block's output)/d(input), on the backend's own autodiff."""
+    x, arguments = _inputs(rope, masked=False)
+    block = _block(path, rope)
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        def loss(inputs):
+            return keras.ops.sum(keras.ops.square(keras.ops.cast(block(inputs, **arguments), "float32")))
+
+        return np.asarray(jax.grad(loss)(x))
+    import torch
+
+    inputs = torch.tensor(x, requires_grad=True)
+    torch.sum(torch.square(block(inputs, **arguments).float())).backward()
+    return inputs.grad.numpy()
+
+
+def _ropes(policy):
+    # RoPE under mixed_bfloat16 on PyTorch fails before the attention (rope.rotation_tables multiplies the bfloat16
+    # tables by a NumPy array, which PyTorch refuses): the paths are compared there without RoPE.
+    return (False,) if policy != "float32" and keras.backend.backend() == "torch" else (False, True)
+
+
+def compare(paths) -> dict:
+    results = {}
+    for policy in ("float32", "mixed_bfloat16"):
+        keras.mixed_precision.set_global_policy(policy)
+        for rope in _ropes(policy):
+            for masked in (False, True):
+                for query_tokens in (None, 1):
+                    reference, _ = _forward("einsum", rope, masked, query_tokens)
+                    for path in paths:
+                        output, taken = _forward(path, rope, masked, query_tokens)
+                        name = f"{policy} {path} rope={rope} masked={masked} query_tokens={query_tokens}"
+                        results[name] = {"max_abs_diff": float(np.abs(output - reference).max()), "taken": taken,
+                                         "scale": float(np.abs(reference).max())}
+        for path in paths:
+            reference = _input_gradient("einsum", rope=_ropes(policy)[-1])
+            gradient = _input_gradient(path, rope=_ropes(policy)[-1])
+            results[f"{policy} {path} gradient"] = {"max_abs_diff": float(np.abs(gradient - reference).max()),
+                                                   "scale": float(np.abs(reference).max())}
+    keras.mixed_precision.set_global_policy("float32")
+    return results
+
+
+def automatic() -> dict:
+    """The path each layer takes when none is asked for, with and without a token mask, and with the scores."""
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    x, arguments = _inputs(rope=False, masked=True)
+    block = _block(None, rope=False)
+    block(x)
+    unmasked = block.attention.attention_path_taken
+    block(x, **arguments)
+    masked = block.attention.attention_path_taken
+    _, scores = block(x, return_attention_scores=True)
+    keras.mixed_precision.set_global_policy("float32")
+    return {"unmasked": unmasked, "masked": masked, "with_scores": block.attention.attention_path_taken,
+            "scores_shape": list(scores.shape)}
+
+
+SCALE = 16**-0.5  # head size 16
+
+
+def _unpadded(q, k, v):
+    import jax
+
+    return jax.nn.dot_product_attention(q, k, v, scale=SCALE, implementation="xla")
+
+
+def _padded(q, k, v):
+    return attention_path.padded_attention(q, k, v, SCALE, implementation="xla")
+
+
+def _padded_unmasked(q, k, v):
+    """The control: the keys padded with zeros as the cuDNN path pads them, but left in the softmax."""
+    import jax
+    import jax.numpy as jnp
+
+    pad = attention_path.round_up(k.shape[1]) - k.shape[1]
+    k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (k, v))
+    return jax.nn.dot_product_attention(q, k, v, scale=SCALE, implementation="xla")
+
+
+def _gradients(function, q, k, v):
+    import jax
+    import jax.numpy as jnp
+
+    return jax.grad(lambda *xs: jnp.sum(jnp.sin(function(*xs))), argnums=(0, 1, 2))(q, k, v)
+
+
+def padding_maths() -> dict:
+    """JAX, float32: the cuDNN path's padding and masking run with XLA's implementation against the unpadded
+    attention, forward and the gradients with respect to q, k and v; and, as a control, the same padding with the
+    padded keys left unmasked (which must differ)."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(2)
+    results = {}
+    for queries in (TOKENS, 1):  # every token, and the class token alone (a head_tokens_only last block)
+        q = jnp.asarray(rng.normal(size=(2, queries, HEADS, 16)).astype("float32"))
+        k, v = (jnp.asarray(rng.normal(size=(2, TOKENS, HEADS, 16)).astype("float32")) for _ in range(2))
+        reference = _unpadded(q, k, v)
+        results[f"forward queries={queries}"] = {
+            "max_abs_diff": float(jnp.abs(_padded(q, k, v) - reference).max()),
+            "control_max_abs_diff": float(jnp.abs(_padded_unmasked(q, k, v) - reference).max()),
+            "scale": float(jnp.abs(reference).max())}
+        theirs = _gradients(_unpadded, q, k, v)
+        for name, ours, expected in zip("qkv", _gradients(_padded, q, k, v), theirs):
+            results[f"gradient d{name} queries={queries}"] = {
+                "max_abs_diff": float(jnp.abs(ours - expected).max()), "scale": float(jnp.abs(expected).max())}
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--pretend-gpu", action="store_true",
+                        help="JAX: report an NVIDIA GPU of compute capability 9.0 and run the cuDNN path's padding "
+                        "and masking with XLA's implementation, which this CPU has")
+    args = parser.parse_args(argv)
+    backend = keras.backend.backend()
+    paths = ["keras", "sdpa"] if backend == "torch" else ["keras"]
+    if args.pretend_gpu:
+        attention_path.device = lambda backend: ("gpu", (9, 0))
+        attention_path.padded_attention = functools.partial(attention_path.padded_attention, implementation="xla")
+        paths.append("cudnn")
+    report = {"backend": backend, "automatic": automatic(), "paths": paths}
+    report["compared"] = compare([p for p in paths if p != "cudnn"])
+    if backend == "jax":
+        report["padding"] = padding_maths()
+    if args.pretend_gpu:  # cuDNN computes in half precision only: its float32 calls are refused (see automatic)
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+        report["compared"].update({k: v for k, v in compare_bfloat16_only("cudnn").items()})
+    with open(os.path.join(args.out, "attention_paths.json"), "w") as file:
+        json.dump(report, file, indent=1)
+    print(f"KERAS_BACKEND={backend} done")
+
+
+def compare_bfloat16_only(path) -> dict:
+    results = {}
+    for rope in (False, True):
+        for query_tokens in (None, 1):
+            reference, _ = _forward("einsum", rope, False, query_tokens)
+            output, taken = _forward(path, rope, False, query_tokens)
+            results[f"mixed_bfloat16 {path} rope={rope} masked=False query_tokens={query_tokens}"] = {
+                "max_abs_diff": float(np.abs(output - reference).max()), "taken": taken,
+                "scale": float(np.abs(reference).max())}
+    reference = _input_gradient("einsum", rope=True)
+    gradient = _input_gradient(path, rope=True)
+    results[f"mixed_bfloat16 {path} gradient"] = {"max_abs_diff": float(np.abs(gradient - reference).max()),
+                                                 "scale": float(np.abs(reference).max())}
+    keras.mixed_precision.set_global_policy("float32")
+    return results
+
+
+if __name__ == "__main__":
+    main()
