@@ -283,6 +283,47 @@ def read_image(path, size, max_pixels: int | None = None):
     return tf.image.resize(tf.cast(image, tf.float32), size).numpy()
 
 
+# The explanations of an image a NaFlex batch cannot take as it is, shared by the NumPy helpers and the tf.data path
+# (`vit_keras.naflex_data.naflex_example`, which fills in the sizes inside the graph).
+def smaller_than_a_patch(name: str, height, width, patch_size: int) -> str:
+    return (f"{name} is {height}x{width}, smaller than one {patch_size}x{patch_size} patch; resize it first "
+            "(vit_keras.preprocessing.naflex_size gives at least one patch per side).")
+
+
+def not_whole_patches(name: str, height, width, patch_size: int) -> str:
+    return (f"{name} is {height}x{width}, not a multiple of the patch size {patch_size} on each side; resize it "
+            "first, to the size vit_keras.preprocessing.naflex_size gives.")
+
+
+def too_many_patches(name: str, rows, cols, count, max_num_patches: int) -> str:
+    return (f"{name} is {rows}x{cols} = {count} patches, more than max_num_patches {max_num_patches}; resize it "
+            "(resize=True) or raise max_num_patches.")
+
+
+# 16-bit images (e.g. 16-bit PNGs decoded with dtype uint16) hold 0..65535; the NaFlex helpers scale them to the
+# [0, 255] every model takes: 65535 / 257 = 255.
+UINT16_SCALE = 257
+
+
+def naflex_pixels(image, name: str = "the image"):
+    """An (H, W, C) image as float32 RGB values in [0, 255] for the NaFlex helpers: uint16 (16-bit) images are
+    scaled by 1/257 (0..65535 to 0..255); every other numeric dtype is taken as values in [0, 255].
+
+    Example:
+        >>> import numpy as np
+        >>> naflex_pixels(np.array([[[0, 257, 65535]]], np.uint16)).tolist()
+        [[[0.0, 1.0, 255.0]]]
+    """
+    import numpy as np
+
+    array = np.asarray(image)
+    if array.dtype == np.uint16:
+        return array.astype(np.float32) / np.float32(UINT16_SCALE)
+    if array.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must be an array of RGB values in [0, 255], got dtype {array.dtype}.")
+    return array.astype(np.float32)
+
+
 def patchify(image, patch_size: int, name: str = "the image"):
     """Cut an (H, W, C) image whose sides are multiples of `patch_size` into `(rows · cols, P·P·C)` patches, each
     flattened in (row, column, channel) order, row-major over the grid (transformers' `convert_image_to_patches`,
@@ -301,11 +342,9 @@ def patchify(image, patch_size: int, name: str = "the image"):
         raise ValueError(f"{name}: expected an (height, width, channels) image, got shape {image.shape}.")
     height, width, channels = image.shape
     if height < patch_size or width < patch_size:
-        raise ValueError(f"{name} is {height}x{width}, smaller than one {patch_size}x{patch_size} patch; resize it "
-                         "first (vit_keras.preprocessing.naflex_size gives at least one patch per side).")
+        raise ValueError(smaller_than_a_patch(name, height, width, patch_size))
     if height % patch_size or width % patch_size:
-        raise ValueError(f"{name} is {height}x{width}, not a multiple of the patch size {patch_size} on each side; "
-                         "resize it to vit_keras.preprocessing.naflex_size's size first.")
+        raise ValueError(not_whole_patches(name, height, width, patch_size))
     rows, cols = height // patch_size, width // patch_size
     patches = image.reshape(rows, patch_size, cols, patch_size, channels).transpose(0, 2, 1, 3, 4)
     return patches.reshape(rows * cols, patch_size * patch_size * channels), (rows, cols)
@@ -314,22 +353,21 @@ def patchify(image, patch_size: int, name: str = "the image"):
 def naflex_resize(image, patch_size: int, max_num_patches: int):
     """Resize an (H, W, C) image (NumPy array or tensor) to `vit_keras.preprocessing.naflex_size`'s size with
     bilinear, antialiased `tf.image.resize` (what the SigLIP 2 processors do with PIL's or torchvision's bilinear);
-    a float32 NumPy array.
+    a float32 NumPy array of values in [0, 255] (a uint16 image is scaled from 0..65535, see `naflex_pixels`).
 
     Example:
         >>> import numpy as np
         >>> naflex_resize(np.zeros((100, 700, 3)), 16, 256).shape
         (96, 672, 3)
     """
-    import numpy as np
     import tensorflow as tf
 
-    from vit_keras.preprocessing import naflex_size
+    from vit_keras.preprocessing import check_max_num_patches, naflex_size
 
-    image = np.asarray(image, np.float32)
+    image = naflex_pixels(image)
     if image.ndim != 3:
         raise ValueError(f"Expected an (height, width, channels) image, got shape {image.shape}.")
-    size = naflex_size(image.shape[0], image.shape[1], patch_size, max_num_patches)
+    size = naflex_size(image.shape[0], image.shape[1], patch_size, check_max_num_patches(max_num_patches, patch_size))
     if size == image.shape[:2]:
         return image
     return tf.image.resize(image, size, method="bilinear", antialias=True).numpy()
@@ -341,6 +379,9 @@ def naflex_patches(images, patch_size: int, max_num_patches: int, resize: bool =
     Returns the dict a flexible model takes: `patches` (batch, N, P·P·C) float32, `grid` (batch, 2) int32, `mask`
     (batch, N) int32.
 
+    Pixel values are RGB in [0, 255]; uint16 (16-bit) images are scaled from 0..65535 to it (`naflex_pixels`).
+    `max_num_patches` is at most `vit_keras.preprocessing.MAX_NUM_PATCHES`, checked before anything is allocated.
+
     Example:
         >>> import numpy as np
         >>> batch = naflex_patches([np.zeros((100, 700, 3)), np.zeros((64, 48, 3))], 16, 64)
@@ -350,18 +391,19 @@ def naflex_patches(images, patch_size: int, max_num_patches: int, resize: bool =
     import numpy as np
 
     from vit_keras.configs import check_positive_int
+    from vit_keras.preprocessing import check_max_num_patches
 
-    check_positive_int("max_num_patches", max_num_patches)
-    check_positive_int("patch_size", patch_size)
+    patch_size = check_positive_int("patch_size", patch_size)
+    max_num_patches = check_max_num_patches(max_num_patches, patch_size)
     patches, grids, masks = [], [], []
     for index, image in enumerate(images):
         name = f"image {index}"
+        image = naflex_pixels(image, name)
         if resize:
             image = naflex_resize(image, patch_size, max_num_patches)
-        cut, grid = patchify(np.asarray(image, np.float32), patch_size, name)
+        cut, grid = patchify(image, patch_size, name)
         if len(cut) > max_num_patches:
-            raise ValueError(f"{name} is {grid[0]}x{grid[1]} = {len(cut)} patches, more than max_num_patches "
-                             f"{max_num_patches}; resize it (resize=True) or raise max_num_patches.")
+            raise ValueError(too_many_patches(name, grid[0], grid[1], len(cut), max_num_patches))
         padded = np.zeros((max_num_patches, cut.shape[1]), np.float32)
         padded[: len(cut)] = cut
         patches.append(padded)

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 from vit_keras.configs import check_positive_int
+from vit_keras.preprocessing import check_max_num_patches
 
 NAFLEX_EPS = 1e-5  # transformers' get_image_size_for_max_num_patches bisection width
 
@@ -39,34 +40,112 @@ def flexible_patch_size(model) -> int | None:
 
 def naflex_size_graph(height, width, patch_size: int, max_num_patches: int, eps: float = NAFLEX_EPS):
     """`vit_keras.preprocessing.naflex_size` as TensorFlow ops (`height`, `width` may be tensors): the same float64
-    bisection, so the same (height, width), as an int32 pair.
+    bisections (transformers', then the one below its starting scale for extreme aspect ratios), so the same
+    (height, width), as an int32 pair.
 
     Example:
         >>> [int(v) for v in naflex_size_graph(480, 640, 16, 256)]
         [224, 288]
+        >>> [int(v) for v in naflex_size_graph(10**9, 1, 8, 16)]
+        [128, 8]
     """
     import tensorflow as tf
 
+    from vit_keras.preprocessing import _FINE_BISECTION_STEPS
+
+    patch_size = check_positive_int("patch_size", patch_size)
+    budget = tf.constant(float(check_max_num_patches(max_num_patches)), tf.float64)
     height, width = tf.cast(height, tf.float64), tf.cast(width, tf.float64)
     patch = tf.constant(float(patch_size), tf.float64)
 
     def side(scale, size):
         return tf.maximum(patch, tf.math.ceil(size * scale / patch) * patch)
 
+    def fits(scale):
+        return (side(scale, height) / patch) * (side(scale, width) / patch) <= budget
+
     def body(low, high):
         scale = (low + high) / 2
-        fits = (side(scale, height) / patch) * (side(scale, width) / patch) <= float(max_num_patches)
-        return tf.where(fits, scale, low), tf.where(fits, high, scale)
+        scale_fits = fits(scale)
+        return tf.where(scale_fits, scale, low), tf.where(scale_fits, high, scale)
 
     low, _ = tf.while_loop(lambda low, high: (high - low) >= eps, body,
                            (tf.constant(eps / 10, tf.float64), tf.constant(100.0, tf.float64)))
+    # No scale tried fits (an extreme aspect ratio): search (0, eps / 10], as naflex_size does.
+    def fine(high):
+        return tf.while_loop(lambda low, high: True, body, (tf.zeros_like(high), high),
+                             maximum_iterations=_FINE_BISECTION_STEPS)[0]
+
+    low = tf.cond(fits(low), lambda: low, lambda: fine(low))
     return tf.cast(side(low, height), tf.int32), tf.cast(side(low, width), tf.int32)
+
+
+def naflex_pixels_graph(image):
+    """An image tensor as float32 RGB values in [0, 255]: uint16 (16-bit) images scaled from 0..65535, as
+    `vit_keras.images.naflex_pixels` does; every other dtype cast as it is.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> naflex_pixels_graph(tf.constant([0, 65535], tf.uint16)).numpy().tolist()
+        [0.0, 255.0]
+    """
+    import tensorflow as tf
+
+    from vit_keras.images import UINT16_SCALE
+
+    image = tf.convert_to_tensor(image)
+    if image.dtype == tf.uint16:
+        return tf.cast(image, tf.float32) / UINT16_SCALE
+    return tf.cast(image, tf.float32)
+
+
+def _check_static_size(image, patch_size: int, max_num_patches: int) -> None:
+    """Refuse, while the graph is built, an image whose known sides cannot be cut as they are: the ValueError
+    `vit_keras.images.naflex_patches` raises for the same image."""
+    from vit_keras.images import not_whole_patches, smaller_than_a_patch, too_many_patches
+
+    height, width = image.shape[0], image.shape[1]
+    if height is None or width is None:
+        return
+    if height < patch_size or width < patch_size:
+        raise ValueError(smaller_than_a_patch("the image", height, width, patch_size))
+    if height % patch_size or width % patch_size:
+        raise ValueError(not_whole_patches("the image", height, width, patch_size))
+    rows, cols = height // patch_size, width // patch_size
+    if rows * cols > max_num_patches:
+        raise ValueError(too_many_patches("the image", rows, cols, rows * cols, max_num_patches))
+
+
+def _size_checks(height, width, patch_size: int, max_num_patches: int) -> list:
+    """Run-time checks of an image's sides, failing with `naflex_patches`' explanation (the sizes filled in)."""
+    import tensorflow as tf
+
+    from vit_keras.images import not_whole_patches, smaller_than_a_patch, too_many_patches
+
+    rows, cols = height // patch_size, width // patch_size
+    too_small = tf.logical_or(height < patch_size, width < patch_size)
+    ragged = tf.logical_and(tf.logical_not(too_small),
+                            tf.logical_or(height % patch_size != 0, width % patch_size != 0))
+    too_long = tf.logical_and(tf.logical_not(tf.logical_or(too_small, ragged)), rows * cols > max_num_patches)
+
+    def check(failed, template, values):
+        # "{}" in the explanation is where TensorFlow writes each value.
+        return tf.debugging.Assert(tf.logical_not(failed), [tf.strings.format(template, values)])
+
+    return [check(too_small, smaller_than_a_patch("the image", "{}", "{}", patch_size), [height, width]),
+            check(ragged, not_whole_patches("the image", "{}", "{}", patch_size), [height, width]),
+            check(too_long, too_many_patches("the image", "{}", "{}", "{}", max_num_patches),
+                  [rows, cols, rows * cols])]
 
 
 def naflex_example(image, patch_size: int, max_num_patches: int, resize: bool = True) -> dict:
     """One (H, W, C) image tensor -> `{"patches": (N, P·P·C) float32, "grid": (2,) int32, "mask": (N,) int32}` with
-    N = `max_num_patches`. `resize=False` takes the image as it is (its sides multiples of `patch_size`, at most N
-    patches; otherwise the graph fails with an `InvalidArgument` naming the sizes).
+    N = `max_num_patches` (at most `vit_keras.preprocessing.MAX_NUM_PATCHES`). Pixel values are RGB in [0, 255];
+    uint16 (16-bit) images are scaled from 0..65535 (`naflex_pixels_graph`).
+
+    `resize=False` takes the image as it is: its sides must be multiples of `patch_size`, at most N patches. An image
+    that is not is refused with `vit_keras.images.naflex_patches`' explanation: a `ValueError` while the graph is
+    built when its sides are known, otherwise an `InvalidArgumentError` when it runs.
 
     Example:
         >>> import tensorflow as tf
@@ -76,26 +155,20 @@ def naflex_example(image, patch_size: int, max_num_patches: int, resize: bool = 
     import tensorflow as tf
 
     patch_size = check_positive_int("patch_size", patch_size)
-    max_num_patches = check_positive_int("max_num_patches", max_num_patches)
-    image = tf.cast(image, tf.float32)
+    max_num_patches = check_max_num_patches(max_num_patches, patch_size)
+    image = naflex_pixels_graph(image)
     channels = image.shape[-1]
     if channels is None:
         raise ValueError("naflex_example needs images with a known number of channels, e.g. (None, None, 3).")
     if resize:
         height, width = naflex_size_graph(tf.shape(image)[0], tf.shape(image)[1], patch_size, max_num_patches)
         image = tf.image.resize(image, tf.stack([height, width]), method="bilinear", antialias=True)
+    else:
+        _check_static_size(image, patch_size, max_num_patches)
     height, width = tf.shape(image)[0], tf.shape(image)[1]
     rows, cols = height // patch_size, width // patch_size
     count = rows * cols
-    checks = [tf.debugging.assert_equal(
-        tf.stack([height % patch_size, width % patch_size]), 0,
-        message=f"NaFlex: the image's sides must be multiples of the patch size {patch_size}"),
-        tf.debugging.assert_positive(count, message=f"NaFlex: the image is smaller than one {patch_size}x{patch_size} "
-                                     "patch"),
-        tf.debugging.assert_less_equal(count, max_num_patches,
-                                       message=f"NaFlex: the image has more than max_num_patches {max_num_patches} "
-                                       "patches")]
-    with tf.control_dependencies(checks):
+    with tf.control_dependencies(_size_checks(height, width, patch_size, max_num_patches)):
         patches = tf.reshape(image, tf.stack([rows, patch_size, cols, patch_size, channels]))
     patches = tf.reshape(tf.transpose(patches, (0, 2, 1, 3, 4)), (-1, patch_size * patch_size * channels))
     patches = tf.pad(patches, [[0, max_num_patches - count], [0, 0]])
@@ -116,7 +189,7 @@ def naflex_map(patch_size: int, max_num_patches: int, resize: bool = True):
         (TensorShape([2, 256, 768]), [[12, 20], [12, 20]], [3, 7])
     """
     patch_size = check_positive_int("patch_size", patch_size)
-    max_num_patches = check_positive_int("max_num_patches", max_num_patches)
+    max_num_patches = check_max_num_patches(max_num_patches, patch_size)
 
     def convert(image, *rest):
         example = naflex_example(image, patch_size, max_num_patches, resize=resize)

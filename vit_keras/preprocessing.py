@@ -71,10 +71,54 @@ def preprocess_input(images, include_preprocessing=True, data_format=None):
     return images / np.float32(127.5) - np.float32(1.0)
 
 
+# The most patches one NaFlex image may be cut into (`max_num_patches`, `--max-patches`, `--max-num-patches`). The
+# attention of a flexible model holds N x N float32 scores per head per image: 1 GiB at N = 16,384, so that one
+# image through one ViT-B/16 layer (12 heads) already needs 12 GiB, about what an accelerator can give a layer. Above
+# it a single image cannot run (N = 100,000 would be 37 GiB per head), and the padded batch and the resized image
+# grow with N too, so sizes above it are refused before anything is allocated. SigLIP 2 uses 256 to 1,024.
+MAX_NUM_PATCHES = 16_384
+
+
 def _check_size_argument(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
     return int(value)
+
+
+def check_max_num_patches(max_num_patches, patch_size=None, name: str = "`max_num_patches`") -> int:
+    """`max_num_patches` as an int when it is a positive integer of at most `MAX_NUM_PATCHES`, else a `ValueError`
+    naming `name` (the argument or command-line flag), the limit and the fix. With `patch_size`, an image of that
+    many patches (N·P² pixels, the largest a NaFlex resize makes) must also stay within the image pixel limit
+    (`vit_keras.images.max_image_pixels()`).
+
+    Example:
+        >>> check_max_num_patches(256, patch_size=16)
+        256
+        >>> check_max_num_patches(100_000)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: `max_num_patches` is 100,000 patches, above the limit of 16,384 ...
+    """
+    if isinstance(max_num_patches, bool) or not isinstance(max_num_patches, numbers.Integral) or max_num_patches < 1:
+        raise ValueError(f"{name} must be a positive integer, got {max_num_patches!r} (patches per image).")
+    max_num_patches = int(max_num_patches)
+    if max_num_patches > MAX_NUM_PATCHES:
+        gib = max_num_patches ** 2 * 4 / 2 ** 30
+        raise ValueError(
+            f"{name} is {max_num_patches:,} patches, above the limit of {MAX_NUM_PATCHES:,} "
+            f"(vit_keras.preprocessing.MAX_NUM_PATCHES): the attention scores of one such image would take "
+            f"{gib:,.0f} GiB per head. Use at most {MAX_NUM_PATCHES:,} patches per image (SigLIP 2 uses 256 to "
+            "1,024), or a larger patch size for large images.")
+    if patch_size is not None:
+        from vit_keras.images import MAX_PIXELS_ENV, max_image_pixels
+
+        patch_size = _check_size_argument("patch_size", patch_size)
+        pixels, limit = max_num_patches * patch_size ** 2, max_image_pixels()
+        if pixels > limit:
+            raise ValueError(
+                f"{name} {max_num_patches:,} patches of {patch_size}x{patch_size} pixels make images of up to "
+                f"{pixels:,} pixels, above the image limit of {limit:,} pixels; use fewer patches (at most "
+                f"{limit // patch_size ** 2:,} of this size), or raise the limit with {MAX_PIXELS_ENV}.")
+    return max_num_patches
 
 
 def _scaled_side(scale: float, size: int, patch_size: int) -> int:
@@ -82,23 +126,40 @@ def _scaled_side(scale: float, size: int, patch_size: int) -> int:
     return int(max(patch_size, math.ceil(size * scale / patch_size) * patch_size))
 
 
+# transformers' bisection starts at eps / 10; an image whose long side is more than about 10 / eps times its patch
+# budget does not fit even there, and the search below that scale halves it this many times (any size a float64
+# holds is then within one patch of the exact answer).
+_FINE_BISECTION_STEPS = 200
+
+
+def _patch_count(scale: float, height: int, width: int, patch_size: int) -> int:
+    return (_scaled_side(scale, height, patch_size) // patch_size) * (_scaled_side(scale, width, patch_size)
+                                                                      // patch_size)
+
+
 def naflex_size(height, width, patch_size, max_num_patches, eps: float = 1e-5) -> tuple[int, int]:
     """The size SigLIP 2 NaFlex resizes an image of `height` x `width` to: the aspect ratio kept as far as whole
     patches allow, both sides multiples of `patch_size` (at least one patch each), at most `max_num_patches`
-    patches. Exactly transformers' `Siglip2ImageProcessor` (`get_image_size_for_max_num_patches`: a bisection
-    over the scale, `eps` its stopping width), so that images are cut into the same patches; images smaller than a
-    patch are scaled up to one, as there.
+    patches (at most `MAX_NUM_PATCHES`). Exactly transformers' `Siglip2ImageProcessor`
+    (`get_image_size_for_max_num_patches`: a bisection over the scale, `eps` its stopping width), so that images
+    are cut into the same patches; images smaller than a patch are scaled up to one, as there.
+
+    For extreme aspect ratios (a side more than about 10 / `eps` patches per patch of the budget), where
+    transformers' search starts above every scale that fits and returns more patches than the budget, the search
+    goes on below that scale: the result never exceeds `max_num_patches`.
 
     Example:
         >>> naflex_size(480, 640, patch_size=16, max_num_patches=256)
         (224, 288)
         >>> naflex_size(100, 700, 16, 256)
         (96, 672)
+        >>> naflex_size(10**9, 1, 8, 16)
+        (128, 8)
     """
-    for name, value in (("height", height), ("width", width), ("patch_size", patch_size),
-                        ("max_num_patches", max_num_patches)):
+    for name, value in (("height", height), ("width", width), ("patch_size", patch_size)):
         _check_size_argument(name, value)
-    height, width, patch_size, max_num_patches = int(height), int(width), int(patch_size), int(max_num_patches)
+    max_num_patches = check_max_num_patches(max_num_patches)
+    height, width, patch_size = int(height), int(width), int(patch_size)
     scale_min, scale_max = eps / 10, 100.0
     while (scale_max - scale_min) >= eps:
         scale = (scale_min + scale_max) / 2
@@ -108,4 +169,14 @@ def naflex_size(height, width, patch_size, max_num_patches, eps: float = 1e-5) -
             scale_min = scale
         else:
             scale_max = scale
+    if _patch_count(scale_min, height, width, patch_size) > max_num_patches:
+        # No scale tried fits: search (0, eps / 10], where a scale of 0 is one patch per side.
+        low, high = 0.0, scale_min
+        for _ in range(_FINE_BISECTION_STEPS):
+            scale = (low + high) / 2
+            if _patch_count(scale, height, width, patch_size) <= max_num_patches:
+                low = scale
+            else:
+                high = scale
+        scale_min = low
     return _scaled_side(scale_min, height, patch_size), _scaled_side(scale_min, width, patch_size)

@@ -37,6 +37,23 @@ def positive_int(text: str) -> int:
     return value
 
 
+def patch_budget(text: str) -> int:
+    """argparse type: a NaFlex patch budget (patches per image), a positive integer of at most
+    `vit_keras.preprocessing.MAX_NUM_PATCHES`, refused when the command line is parsed, before anything is built.
+
+    Example:
+        >>> patch_budget("256")
+        256
+    """
+    from vit_keras.preprocessing import check_max_num_patches
+
+    value = positive_int(text)
+    try:
+        return check_max_num_patches(value, name="the patch budget")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def non_negative_int(text: str) -> int:
     """argparse type: an integer >= 0.
 

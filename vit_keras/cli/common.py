@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from vit_keras.cli.arguments import positive_int
+from vit_keras.cli.arguments import patch_budget, positive_int
 from vit_keras.configs import VARIANTS
 
 
@@ -88,7 +88,7 @@ def add_max_patches_argument(parser: argparse.ArgumentParser, action: str) -> No
         >>> p.parse_args(["--max-patches", "256"]).max_patches
         256
     """
-    parser.add_argument("--max-patches", type=positive_int, default=None, metavar="N",
+    parser.add_argument("--max-patches", type=patch_budget, default=None, metavar="N",
                         help=f"for a flexible (NaFlex) model: it {action} each image at its own aspect ratio, fit to "
                         "at most N patches (use the N it was trained with)")
 

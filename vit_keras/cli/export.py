@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from vit_keras.cli.arguments import patch_budget
 from vit_keras.cli.common import add_keras_model_argument, add_model_arguments, load_or_build_model
 from vit_keras.files import refuse_existing
 
@@ -60,7 +61,7 @@ def register(subparsers) -> None:
         "--integer-io", action="store_true", help="with int8: uint8 input pixels and uint8 output (Edge TPU style)"
     )
     group = parser.add_argument_group("flexible (NaFlex) models")
-    group.add_argument("--max-num-patches", type=int, default=None, metavar="N",
+    group.add_argument("--max-num-patches", type=patch_budget, default=None, metavar="N",
                        help="the sequence length a flexible model is exported for: images are resized to at most N "
                             "patches (SavedModel) or padded to N (TFLite); needed for a flexible model")
     group = parser.add_argument_group("ONNX")

@@ -34,6 +34,7 @@ from vit_keras.cli.arguments import (
     dropout_rate,
     fraction,
     non_negative_number,
+    patch_budget,
     positive_int,
     recipe_overrides,
 )
@@ -66,7 +67,7 @@ def register(subparsers) -> None:
                       help="enable RandAugment with OPS operations of strength FACTOR in [0, 1]")
     data.add_argument("--mixup", type=non_negative_number, default=None, metavar="ALPHA",
                       help="enable MixUp with Beta(ALPHA)")
-    data.add_argument("--max-patches", type=positive_int, default=None, metavar="N",
+    data.add_argument("--max-patches", type=patch_budget, default=None, metavar="N",
                       help="native aspect ratio (NaFlex): train a flexible model, each image kept at its aspect "
                       "ratio and fit to at most N patches, the batch padded to N and masked (instead of --image-size)")
     data.add_argument("--naflex-buckets", type=positive_int, nargs="+", default=None, metavar="LENGTH",

@@ -1,16 +1,23 @@
 """The training and evaluation input of a flexible (NaFlex) model: `vit_keras.training.data`'s pipelines with each
 image kept at its aspect ratio, fit to a patch budget (`vit_keras.naflex_data.naflex_map`), padded and masked,
 optionally batched by patch count (`naflex_buckets`). `vit_keras.training.train` uses them when its config sets
-`max_patches`.
+`max_patches` (at most `vit_keras.preprocessing.MAX_NUM_PATCHES`). Images are RGB in [0, 255]; uint16 (16-bit)
+images are scaled from 0..65535 to it.
 """
 
 from __future__ import annotations
 
 from vit_keras.configs import check_positive_int
-from vit_keras.naflex_data import naflex_buckets, naflex_example, naflex_size_graph
+from vit_keras.naflex_data import naflex_buckets, naflex_example, naflex_pixels_graph, naflex_size_graph
+from vit_keras.preprocessing import check_max_num_patches
 from vit_keras.training import data
 
 NAFLEX_CROPS = ("inception", "resize", "shift")  # data.CROPS, each applied at the image's own size
+
+
+def _rgb(image):
+    """float32 RGB in [0, 255]: a 16-bit image scaled as the NaFlex helpers do, grey repeated, alpha dropped."""
+    return data._to_rgb(naflex_pixels_graph(image))
 
 
 def _batched(ds, batch_size: int, max_num_patches: int, buckets, drop_remainder: bool):
@@ -50,13 +57,13 @@ def naflex_train_pipeline(dataset, *, patch_size: int, max_num_patches: int, bat
     if crop not in NAFLEX_CROPS:
         raise ValueError(f"`crop` must be one of {NAFLEX_CROPS}, got {crop!r}.")
     patch_size = check_positive_int("patch_size", patch_size)
-    max_num_patches = check_positive_int("max_num_patches", max_num_patches)
+    max_num_patches = check_max_num_patches(max_num_patches, patch_size)
     per_pipeline_batch = data._batch_size(batch_size, input_context)
     seed = int(np.random.SeedSequence().generate_state(1)[0] % 2**31) if seed is None else int(seed)
     parallel = tf.data.AUTOTUNE
 
     ds = data._shard(dataset, input_context)
-    ds = ds.map(lambda image, label: (data._to_rgb(image), data._checked_one_hot(label, num_classes)),
+    ds = ds.map(lambda image, label: (_rgb(image), data._checked_one_hot(label, num_classes)),
                 num_parallel_calls=parallel)
     if cache:
         ds = ds.cache()
@@ -107,10 +114,10 @@ def naflex_eval_pipeline(dataset, *, patch_size: int, max_num_patches: int, batc
 
 
     patch_size = check_positive_int("patch_size", patch_size)
-    max_num_patches = check_positive_int("max_num_patches", max_num_patches)
+    max_num_patches = check_max_num_patches(max_num_patches, patch_size)
     per_pipeline_batch = data._batch_size(batch_size, input_context)
     ds = data._shard(dataset, input_context)
-    ds = ds.map(lambda image, label: (naflex_example(data._to_rgb(image), patch_size, max_num_patches),
+    ds = ds.map(lambda image, label: (naflex_example(_rgb(image), patch_size, max_num_patches),
                                       data._checked_one_hot(label, num_classes)),
                 num_parallel_calls=tf.data.AUTOTUNE)
     if cache:
