@@ -72,6 +72,21 @@ def test_naflex_size_equals_transformers(patch_size, budget):
         assert rows * cols <= max(budget, 1)
 
 
+@pytest.mark.parametrize("patch_size,budget", [(8, 16), (16, 16), (16, 256), (14, 729)])
+def test_naflex_size_equals_transformers_unless_that_exceeds_the_budget(patch_size, budget):
+    """At extreme aspect ratios transformers' search can end above the budget; naflex_size keeps searching there."""
+    exceeded = 0
+    for height, width in [(1, 10 ** 9), (10 ** 9, 1), (1, 1), (3, 10 ** 12), (10 ** 7, 10 ** 3), (1, 50_000_000)]:
+        expected = tuple(get_image_size_for_max_num_patches(height, width, patch_size, budget))
+        got = naflex_size(height, width, patch_size, budget)
+        if (expected[0] // patch_size) * (expected[1] // patch_size) <= budget:
+            assert got == expected, (height, width)
+        else:
+            exceeded += 1
+            assert (got[0] // patch_size) * (got[1] // patch_size) <= budget, (height, width)
+    assert exceeded  # the shapes reach the case this is about
+
+
 @pytest.mark.parametrize("args,match", [((0, 40, 16, 256), "`height` must be a positive integer, got 0"),
                                         ((24, -1, 16, 256), "`width` must be a positive integer"),
                                         ((24, 40, 0, 256), "`patch_size`"),
@@ -226,15 +241,16 @@ def test_flexible_inputs_are_checked():
 
 @pytest.mark.tf_only
 def test_flexible_inputs_are_checked_inside_a_graph():
-    """In predict (a tf.function) and a SavedModel the same checks run as graph assertions."""
+    """Inside a graph (a tf.function, a SavedModel) the same checks run as graph assertions."""
     import tensorflow as tf
 
     model = vit_keras.ViT(flexible=True, **TINY, classes=3, include_preprocessing=False)
     batch = naflex_patches([np.zeros((16, 24, 3), np.float32)], 8, 8, resize=False)
+    in_graph = tf.function(lambda batch: model(batch))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"`mask` does not mark the rows·cols real patches"):
-        model.predict({**batch, "mask": (np.arange(8) < 7).astype(np.int32)[None]}, verbose=0)
+        in_graph({**batch, "mask": (np.arange(8) < 7).astype(np.int32)[None]})
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"more patches than the sequence length N"):
-        model.predict({**batch, "grid": np.array([[3, 3]], np.int32)}, verbose=0)
+        in_graph({**batch, "grid": np.array([[3, 3]], np.int32)})
 
 
 # ---- the tf.data pipeline
@@ -286,9 +302,9 @@ def test_tf_data_refuses_an_image_that_does_not_fit_unresized():
 
     from vit_keras.naflex_data import naflex_example
 
-    with pytest.raises(tf.errors.InvalidArgumentError, match="multiples of the patch size 8"):
+    with pytest.raises(ValueError, match="is 20x16, not a multiple of the patch size 8"):
         naflex_example(tf.zeros((20, 16, 3)), 8, 16, resize=False)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="more than max_num_patches 4"):
+    with pytest.raises(ValueError, match="is 3x2 = 6 patches, more than max_num_patches 4"):
         naflex_example(tf.zeros((24, 16, 3)), 8, 4, resize=False)
 
 

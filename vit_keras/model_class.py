@@ -32,17 +32,37 @@ class VisionTransformer(keras.Model):
         (3, 2)
     """
 
+    def __call__(self, *args, **kwargs):
+        self._check_flexible_batch(args[0] if args else kwargs.get("inputs"))
+        return super().__call__(*args, **kwargs)
+
     def predict(self, *args, **kwargs):
+        self._check_flexible_batch(args[0] if args else kwargs.get("x"))
         with _state_kept(self):
             return super().predict(*args, **kwargs)
 
     def evaluate(self, *args, **kwargs):
+        self._check_flexible_batch(args[0] if args else kwargs.get("x"))
         with _state_kept(self):
             return super().evaluate(*args, **kwargs)
 
     def fit(self, *args, **kwargs):
+        self._check_flexible_batch(args[0] if args else kwargs.get("x"))
         with _state_kept(self):
             return super().fit(*args, **kwargs)
+
+    def _check_flexible_batch(self, batch):
+        """A flexible (NaFlex) model checks a concrete batch before Keras converts it (a float `grid` would be
+        truncated) or traces a step with it (a wrong patch width or batch size would fail deep inside the graph):
+        `vit_keras.layers.flexible.check_flexible_batch`."""
+        if not isinstance(batch, dict):
+            return
+        from vit_keras.layers.flexible import FlexiblePatchEncoder, check_flexible_batch
+
+        for layer in self.layers:
+            if isinstance(layer, FlexiblePatchEncoder):
+                check_flexible_batch(batch, int(layer.embedding.kernel.shape[0]))
+                return
 
     def _purge_model_variables(self, *args, **kwargs):
         """JAX only: upstream frees the variables' values while a loop runs. They are kept, so that a step refused

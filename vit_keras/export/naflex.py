@@ -28,9 +28,10 @@ from vit_keras.export.signatures import (
     float32_model,
 )
 from vit_keras.files import atomic_directory, refuse_existing
-from vit_keras.layers.flexible import INPUT_KEYS, check_flexible_inputs
+from vit_keras.layers.flexible import INPUT_KEYS, check_flexible_inputs, flexible_input_assertions
 from vit_keras.model_config import config_of
 from vit_keras.naflex_data import naflex_example
+from vit_keras.preprocessing import check_max_num_patches
 
 OUTPUT_NAME = "outputs"
 
@@ -63,7 +64,7 @@ def build_naflex_module(model, max_num_patches: int, max_image_pixels=None):
     from vit_keras.images import max_image_pixels as default_max_pixels
 
     features = _check_flexible(model)
-    max_num_patches = check_positive_int("max_num_patches", max_num_patches)
+    max_num_patches = check_max_num_patches(max_num_patches, config_of(model).patch_size)
     limit = check_positive_int("max_image_pixels", default_max_pixels() if max_image_pixels is None
                                else max_image_pixels)
     patch_size = config_of(model).patch_size
@@ -77,6 +78,10 @@ def build_naflex_module(model, max_num_patches: int, max_image_pixels=None):
                                    "grid": tf.TensorSpec((None, 2), tf.int32, name="grid"),
                                    "mask": tf.TensorSpec((None, None), tf.int32, name="mask")}], autograph=False)
     def serve_patches(batch):
+        # A signature's caller can pass any shapes: checked first, with errors that name the key and the shapes.
+        checks = flexible_input_assertions(batch["patches"], batch["grid"], batch["mask"], features)
+        with tf.control_dependencies(checks):
+            batch = {key: tf.identity(value) for key, value in batch.items()}
         return run(batch)
 
     @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name=BYTES_INPUT)], autograph=False)
@@ -164,7 +169,7 @@ def naflex_tflite(model, path, num_patches: int, batch_size=1, quantization=None
     import tensorflow as tf
 
     features = _check_flexible(model)
-    num_patches = check_positive_int("num_patches", num_patches)
+    num_patches = check_max_num_patches(num_patches, name="`num_patches`")
     batch_size = check_positive_int("batch_size", batch_size, allow_none=True)
     if quantization not in NAFLEX_TFLITE_QUANTIZATIONS:
         raise ValueError(f"`quantization` of a NaFlex TFLite file must be one of {NAFLEX_TFLITE_QUANTIZATIONS}, got "
@@ -210,7 +215,7 @@ def naflex_tflite_predict(path, batch, num_threads=None) -> np.ndarray:
         raise ValueError(f"A NaFlex batch is a dict of {list(INPUT_KEYS)} (vit_keras.images.naflex_patches); "
                          f"{'got a ' + type(batch).__name__ if not isinstance(batch, dict) else f'missing {missing}'}.")
     patches = np.asarray(batch["patches"], np.float32)
-    grid, mask = np.asarray(batch["grid"]).astype(np.int32), np.asarray(batch["mask"]).astype(np.int32)
+    grid, mask = np.asarray(batch["grid"]), np.asarray(batch["mask"])  # checked before the int32 cast truncates
     interpreter = Interpreter(model_path=os.fspath(path), num_threads=num_threads)
     runner = interpreter.get_signature_runner(SERVING_DEFAULT)
     detail = runner.get_input_details()["patches"]
@@ -221,6 +226,7 @@ def naflex_tflite_predict(path, batch, num_threads=None) -> np.ndarray:
                          f"(vit_keras.images.naflex_patches(images, patch_size, {length})), or export the model "
                          "with a longer num_patches.")
     check_flexible_inputs(patches, grid, mask, features=features)
+    grid, mask = grid.astype(np.int32), mask.astype(np.int32)
     if not len(patches):
         raise ValueError("Got an empty NaFlex batch; pass at least one image.")
     fixed_batch = int(detail["shape_signature"][0])  # -1: any batch

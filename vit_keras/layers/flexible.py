@@ -32,10 +32,26 @@ from vit_keras.layers.interpolation import interpolation_weights, square_side
 INPUT_KEYS = ("patches", "grid", "mask")
 
 
+def _integer_grid(grid: np.ndarray) -> np.ndarray:
+    """`grid` as int64 when its values are whole numbers, else a `ValueError` naming the first image that is not
+    (a float grid would otherwise be truncated: 7.5 rows to 7)."""
+    if grid.dtype.kind in "iu":
+        return grid.astype(np.int64)
+    if grid.dtype.kind != "f":
+        raise ValueError(f"NaFlex `grid` must hold integers (rows, cols per image), got dtype {grid.dtype}.")
+    whole = np.isfinite(grid) & (grid == np.round(grid))
+    if not whole.all():
+        index = int(np.argwhere(~whole)[0][0])
+        raise ValueError(f"NaFlex image {index}: `grid` {tuple(grid[index].tolist())} must be whole numbers of patch "
+                         "rows and columns; pass an integer grid (vit_keras.images.naflex_patches makes one).")
+    return grid.astype(np.int64)
+
+
 def check_flexible_inputs(patches, grid, mask, *, features: int | None = None) -> None:
-    """Refuse a NaFlex batch whose parts disagree, with a `ValueError` naming the image and the sizes: a `grid` of
-    `rows · cols` patches must match the image's `mask` (that many ones, first, then zeros) and fit the sequence
-    length N; `features` is the model's P·P·C.
+    """Refuse a NaFlex batch whose parts disagree, with a `ValueError` naming the key, the image and the sizes:
+    `patches` (batch, N, `features`), `grid` (batch, 2) and `mask` (batch, N) of one batch and one N; a `grid` of
+    whole numbers (an integer dtype, or floats such as 7.0) of `rows · cols` patches that match the image's `mask`
+    (that many ones, first, then zeros) and fit the sequence length N; `features` is the model's P·P·C.
 
     Example:
         >>> check_flexible_inputs(np.zeros((1, 4, 12)), np.array([[2, 3]]), np.ones((1, 4)))  # doctest: +ELLIPSIS
@@ -49,11 +65,13 @@ def check_flexible_inputs(patches, grid, mask, *, features: int | None = None) -
                          f"{patches.shape}.")
     batch, length, width = patches.shape
     if features is not None and width != features:
-        raise ValueError(f"NaFlex `patches` have {width} values per patch but the model takes {features} "
-                         "(patch_size·patch_size·channels); cut the images with the model's patch size.")
+        raise ValueError(f"NaFlex `patches` of shape {patches.shape} have {width} values per patch but the model "
+                         f"takes {features} (patch_size·patch_size·channels); cut the images with the model's patch "
+                         "size.")
     if grid.shape != (batch, 2):
         raise ValueError(f"NaFlex `grid` must be (batch, 2) = ({batch}, 2) (rows, cols per image), got shape "
                          f"{grid.shape}.")
+    grid = _integer_grid(grid)
     if mask.shape != (batch, length):
         raise ValueError(f"NaFlex `mask` must be (batch, N) = ({batch}, {length}), like `patches` {patches.shape}, "
                          f"got shape {mask.shape}.")
@@ -73,6 +91,28 @@ def check_flexible_inputs(patches, grid, mask, *, features: int | None = None) -
                              "then the padding); build the mask from the grid.")
 
 
+def check_flexible_batch(batch, features: int) -> None:
+    """`check_flexible_inputs` on a NaFlex batch given to a flexible model (`model(batch)`, `model.predict(batch)`)
+    before it is traced: a dict of concrete `patches`, `grid` and `mask` (NumPy arrays, eager tensors) is checked,
+    with an error naming the key, the shape found and the shape expected; anything else (a dataset, symbolic
+    tensors) is left to the model.
+
+    Example:
+        >>> check_flexible_batch({"patches": np.zeros((1, 4, 12)), "grid": [[1, 2]], "mask": [[1, 1]]}, 12)
+        Traceback (most recent call last):
+        ValueError: NaFlex `mask` must be (batch, N) = (1, 4), like `patches` (1, 4, 12), got shape (1, 2).
+    """
+    if not isinstance(batch, dict):
+        return
+    missing = [key for key in INPUT_KEYS if key not in batch]
+    if missing:
+        raise ValueError(f"A NaFlex batch is a dict of {list(INPUT_KEYS)} (vit_keras.images.naflex_patches); missing "
+                         f"{missing}.")
+    values = _concrete_values(*(batch[key] for key in INPUT_KEYS))
+    if values is not None:
+        check_flexible_inputs(*values, features=features)
+
+
 def _concrete_values(*tensors):
     """The NumPy values of `tensors` when they have them (an eager call on any backend), else None (a graph being
     traced: TensorFlow's `tf.function`, a JAX trace, a Keras functional build)."""
@@ -84,28 +124,66 @@ def _concrete_values(*tensors):
         return None
 
 
-def _graph_checks(x, grid, mask):
-    """Under TensorFlow, inside a graph (`predict`, `tf.function`, a SavedModel): `x` behind run-time checks of what
-    `check_flexible_inputs` refuses eagerly, failing with an `InvalidArgument` that says which."""
-    if keras.backend.backend() != "tensorflow":
-        return x
+def flexible_input_assertions(patches, grid, mask, features: int) -> list:
+    """TensorFlow run-time assertions of what `check_flexible_inputs` checks, for a graph (`predict`,
+    `tf.function`, a SavedModel's signature): the shapes and batch sizes of `patches`, `grid` and `mask` (a
+    signature's caller can pass any), then each image's `grid` against its `mask`; each fails with an
+    `InvalidArgument` naming the key, the shape found and the shape expected.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> try:
+        ...     flexible_input_assertions(tf.zeros((1, 4, 12)), tf.constant([[2, 2]]), tf.ones((2, 4)), 12)
+        ... except tf.errors.InvalidArgumentError as error:
+        ...     print(error.message.split("data: ")[-1])
+        b'NaFlex `mask` must be (batch, N) = [1 4], like `patches` [1 4 12], got shape [2 4].'
+    """
     import tensorflow as tf
 
-    length = tf.shape(mask)[1]
-    count = grid[:, 0] * grid[:, 1]
-    real = tf.cast(tf.range(length)[None, :] < count[:, None], tf.int32)
-    checks = [
-        tf.debugging.assert_positive(grid, message="NaFlex: every image `grid` needs at least one patch row and "
-                                     "column"),
-        tf.debugging.assert_less_equal(count, length, message="NaFlex: the rows·cols of an image `grid` are more "
-                                       "patches than the sequence length N of `patches`; resize the image to at most "
-                                       "N patches"),
-        tf.debugging.assert_equal(tf.cast(mask != 0, tf.int32), real, message="NaFlex: an image `mask` does not mark "
-                                  "the rows·cols real patches of its `grid` first, then the padding; build the mask "
-                                  "from the grid"),
+    patches_shape, grid_shape, mask_shape = tf.shape(patches), tf.shape(grid), tf.shape(mask)
+    batch_and_length = patches_shape[:2]
+
+    def check(ok, template, values):
+        # "{}" in the explanation is where TensorFlow writes each shape.
+        return tf.debugging.Assert(ok, [tf.strings.format(template, values)])
+
+    width_ok = tf.equal(patches_shape[2], features)
+    grid_ok = tf.reduce_all(tf.equal(grid_shape, tf.stack([patches_shape[0], 2])))
+    mask_ok = tf.reduce_all(tf.equal(mask_shape, batch_and_length))
+    shapes = [
+        check(width_ok, f"NaFlex `patches` of shape {{}} have {{}} values per patch but the model takes {features} "
+              "(patch_size·patch_size·channels); cut the images with the model's patch size.",
+              [patches_shape, patches_shape[2]]),
+        check(grid_ok, "NaFlex `grid` must be (batch, 2) = [{} 2] (rows, cols per image), got shape {}.",
+              [patches_shape[0], grid_shape]),
+        check(mask_ok, "NaFlex `mask` must be (batch, N) = {}, like `patches` {}, got shape {}.",
+              [batch_and_length, patches_shape, mask_shape]),
     ]
-    with tf.control_dependencies(checks):
-        return tf.identity(x)
+    with tf.control_dependencies(shapes):
+        grid = tf.cast(grid, tf.int32)
+        count = grid[:, 0] * grid[:, 1]
+        real = tf.range(batch_and_length[1])[None, :] < count[:, None]
+        return shapes + [
+            tf.debugging.assert_positive(grid, message="NaFlex: every image `grid` needs at least one patch row and "
+                                         "column"),
+            tf.debugging.assert_less_equal(count, batch_and_length[1], message="NaFlex: the rows·cols of an image "
+                                           "`grid` are more patches than the sequence length N of `patches`; resize "
+                                           "the image to at most N patches"),
+            tf.debugging.Assert(tf.reduce_all(tf.equal(mask != 0, real)), ["NaFlex: an image `mask` does not mark "
+                                "the rows·cols real patches of its `grid` first, then the padding; build the mask "
+                                "from the grid"]),
+        ]
+
+
+def _graph_checks(patches, grid, mask, features: int):
+    """Under TensorFlow, inside a graph (`predict`, `tf.function`, a SavedModel): `patches` behind the run-time
+    checks of `flexible_input_assertions`, so that what is computed from them waits for the checks."""
+    if keras.backend.backend() != "tensorflow":
+        return patches
+    import tensorflow as tf
+
+    with tf.control_dependencies(flexible_input_assertions(patches, grid, mask, features)):
+        return tf.identity(patches)
 
 
 def _sincos_2d_tokens(rows, cols, hidden_size: int, temperature: float = 10_000.0):
@@ -156,13 +234,14 @@ class FlexiblePatchEncoder(PatchEncoder):
 
     def call(self, inputs, training=None):
         patches, grid, mask = inputs
+        features = int(self.embedding.kernel.shape[0])
         values = _concrete_values(patches, grid, mask)
         if values is not None:
-            check_flexible_inputs(*values, features=int(self.embedding.kernel.shape[0]))
+            check_flexible_inputs(*values, features=features)
+        else:
+            patches = _graph_checks(patches, grid, mask, features)
         x = self._embed(patches)
         grid = ops.cast(grid, "int32")
-        if values is None:
-            x = _graph_checks(x, grid, mask)
         length = ops.shape(x)[1]
         index = ops.arange(length, dtype="int32")[None, :]
         cols = ops.maximum(grid[:, 1:], 1)
