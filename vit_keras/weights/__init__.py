@@ -70,9 +70,13 @@ class CheckpointInfo:
     def gelu_approximate(self) -> bool | None:
         return {"gelu_tanh": True, "gelu": False}.get(self.activation)
 
-    def read(self, num_heads: int | None = None) -> dict:
+    def read(self, num_heads: int | None = None, architecture: dict | None = None) -> dict:
+        """The canonical parameter dict. `architecture` (the model's `ViTConfig` fields) lets a reader without a
+        config of its own (a bare timm state dict) check each tensor's shape against the model it is read for."""
         if self.reader is None:
             raise ValueError(f"{self.path!r} ({self.format}) has no parameter dict; it is loaded by Keras.")
+        if architecture is not None and getattr(self.reader, "checks_shapes", False):
+            return self.reader(num_heads, architecture)
         return self.reader(num_heads)
 
 
@@ -174,11 +178,12 @@ def _safetensors_info(path) -> CheckpointInfo:
         )
     head = tensors.get("head.weight")
 
-    def reader(num_heads):
+    def reader(num_heads, architecture=None):
         if num_heads is None:
             raise ValueError("timm checkpoints do not store the number of heads; load them into a model.")
-        return timm.canonicalize(tensors, num_heads)
+        return timm.canonicalize(tensors, num_heads, architecture=architecture)
 
+    reader.checks_shapes = True
     rep = tensors.get("pre_logits.fc.weight")
     return CheckpointInfo(
         path=path, format="timm", activation="gelu", layer_norm_epsilon=TIMM_LAYER_NORM_EPSILON,
@@ -385,7 +390,8 @@ def load_into(model, info: CheckpointInfo, *, interpolation: str = "linear", sou
             f"quantize: vit_keras.load_weights(model, ...); model.quantize({mode!r})."
         )
     _check_numerics(model, info)
-    params = info.read(model_config(model).num_heads)
+    config = model_config(model)
+    params = info.read(config.num_heads, architecture={field: getattr(config, field) for field in config_fields()})
     assign_params(model, params, source=info.path, source_grid=source_grid or info.source_grid,
                   interpolation=interpolation, antialias=info.antialias and interpolation == "bicubic")
 

@@ -108,6 +108,8 @@ def assign_params(
     check_interpolation(interpolation)
     source_grid = check_source_grid(source_grid)
     slots = model_slots(model)
+    # What each canonical array was read from (a reader's `rules.CanonicalParams`), for the mismatch messages.
+    origins = {key: f"{origin} in {params.source}" for key, origin in getattr(params, "origins", {}).items()}
     params = dict(params)
     notes = []
 
@@ -145,7 +147,7 @@ def assign_params(
             else:
                 logger.info("%s: position embeddings resampled from %d to %d tokens (%s).", source,
                             table.shape[1], expected[1], interpolation)
-    _check_and_assign(slots, params, source)
+    _check_and_assign(slots, params, source, origins)
     for note in notes:
         _announce(note)
 
@@ -193,11 +195,13 @@ def _bias_switch_hints(missing, unexpected) -> list[str]:
     return hints
 
 
-def _check_and_assign(slots, params, source):
+def _check_and_assign(slots, params, source, origins=None):
+    origins = origins or {}
     missing = sorted(set(slots) - set(params))
     unexpected = sorted(set(params) - set(slots))
     mismatched = [
-        f"{key}: model expects {slots[key].shape}, checkpoint has {tuple(params[key].shape)}"
+        f"{key}{f' (read from {origins[key]})' if key in origins else ''}: model expects {slots[key].shape}, "
+        f"checkpoint has {tuple(params[key].shape)}"
         for key in sorted(set(slots) & set(params))
         if tuple(params[key].shape) != slots[key].shape
     ]

@@ -403,7 +403,7 @@ def canonicalize(tensors: dict[str, np.ndarray], config: dict, *, source: str | 
     if model_type == "radio":
         _radio_buffers(tensors, config, fields, source)
     params = rules.apply_table(TABLES[model_type], tensors, num_heads=fields["num_heads"], source=source,
-                               switches=rules.config_switches(fields))
+                               switches=rules.config_switches(fields), fields=fields)
     if model_type == "radio":
         params = _split_radio_tokens(params, tensors, fields, source)
     return params

@@ -378,7 +378,8 @@ def canonicalize(tensors, config: dict, source: str, file: str) -> dict[str, np.
     tensors = {key: value for key, value in tensors.items() if not key.startswith(others)}
     fields = architecture(config, file)
     table, switches = table_and_switches(config, file)
-    params = rules.apply_table(table, tensors, num_heads=fields["num_heads"], source=source, switches=switches)
+    params = rules.apply_table(table, tensors, num_heads=fields["num_heads"], source=source, switches=switches,
+                               fields=fields)
     registers, expected = (params["reg"].shape[1] if "reg" in params else 0), fields.get("num_register_tokens", 0)
     if registers != expected:
         found = [key for key in tensors if key.endswith("register_tokens")]

@@ -36,7 +36,7 @@ import numpy as np
 from vit_keras.configs import ViTConfig
 from vit_keras.weights import torch_layout
 from vit_keras.weights.safetensors_io import INDEX_BUFFERS
-from vit_keras.weights.schema import is_canonical, is_canonical_template, template_regex
+from vit_keras.weights.schema import architecture_shapes, is_canonical, is_canonical_template, template_regex
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,12 +218,31 @@ class Table:
         return name.rsplit(".", 1)[-1] in INDEX_BUFFERS or any(regex.match(name) for regex in self._ignored)
 
 
+class CanonicalParams(dict):
+    """A canonical dict that remembers, for each name, the source tensor it was made from (`origins`: name ->
+    "key (shape)" in the file `source`), so that a later shape mismatch names what the file holds.
+
+    Example:
+        >>> CanonicalParams({"cls": np.zeros((1, 1, 8))}, {"cls": "cls_token (1, 1, 8)"}, "m.safetensors").origins
+        {'cls': 'cls_token (1, 1, 8)'}
+    """
+
+    def __init__(self, params, origins: Mapping[str, str], source: str):
+        super().__init__(params)
+        self.origins = dict(origins)
+        self.source = source
+
+
 def apply_table(table: Table, tensors: Mapping[str, np.ndarray], *, num_heads: int, source: str = "the checkpoint",
-                switches: Mapping[str, bool] | None = None) -> dict[str, np.ndarray]:
+                switches: Mapping[str, bool] | None = None, fields: Mapping | None = None) -> CanonicalParams:
     """The canonical dict of `tensors` read with `table`; a `ValueError` naming every unknown, missing or ruled-out
     source key (and the file `source`) otherwise, before anything is converted.
 
     `switches` are the config's `ViTConfig` fields (e.g. `{"qkv_bias": False}`); None: the file alone says.
+    `fields`: the architecture the config describes (`ViTConfig` fields); every tensor whose shape it fixes
+    (`schema.architecture_shapes`, brought into the source's layout by the rule's inverse) is checked against it
+    first, and each one of another shape is named with the shape found and the shape expected. A tensor that cannot
+    be converted at all (e.g. a fused q/k/v that does not split into the heads) is refused by its key and shape.
 
     Example:
         >>> table = Table("toy", (Rule("fc", "head", LINEAR, required=True),))
@@ -295,18 +314,118 @@ def apply_table(table: Table, tensors: Mapping[str, np.ndarray], *, num_heads: i
         lines.append("Re-save the model's complete state dict with its library (safetensors), or check that the file "
                      "and its config describe the same model.")
         raise ValueError("\n".join(lines))
+    expected_shapes = _ExpectedShapes(table, fields, num_heads)
+    _check_shapes(table, found, expected_shapes, source)
     out: dict[str, np.ndarray] = {}
+    origins: dict[str, str] = {}
     for (index, groups), parts in found.items():
         rule = table.rules[index]
         bias = parts.get("bias", (None, None))[1]
-        converted = rule.transform.convert(rule.target.format(**dict(groups)), parts["weight"][1], bias, num_heads)
+        try:
+            converted = rule.transform.convert(rule.target.format(**dict(groups)), parts["weight"][1], bias,
+                                               num_heads)
+        except ValueError as error:  # a shape the transform cannot take (numpy's reshape errors included)
+            raise ValueError(_unconvertible(table, rule, groups, parts, expected_shapes.of(index, parts), num_heads,
+                                            source, error)) from None
         for name, value in converted.items():
             if name in out:
                 raise ValueError(f"{source}: {table.family} tensors give {name!r} twice (e.g. {parts['weight'][0]}); "
                                  "the file holds one module under two names.")
             assert is_canonical(name), name  # guaranteed by Rule.__post_init__'s schema check
             out[name] = value
-    return out
+            key, array = parts["bias" if name.endswith("/bias") and "bias" in parts else "weight"]
+            origins[name] = f"{key} {tuple(array.shape)}"
+    return CanonicalParams(out, origins, source)
+
+
+class _ExpectedShapes:
+    """The source shapes (per role: "weight", "bias") the architecture `fields` fixes for each rule of a table: the
+    canonical shapes of `schema.architecture_shapes` run through the rule's inverse (once per rule)."""
+
+    def __init__(self, table: Table, fields: Mapping | None, num_heads: int):
+        self.table, self.num_heads = table, num_heads
+        self.canonical = architecture_shapes(fields) if fields else {}
+        self.fields = fields or {}
+        self._cache: dict = {}
+
+    def of(self, index: int, parts) -> dict[str, tuple] | None:
+        with_bias = "bias" in parts
+        if (index, with_bias) not in self._cache:
+            self._cache[(index, with_bias)] = self._compute(self.table.rules[index], with_bias)
+        return self._cache[(index, with_bias)]
+
+    def _compute(self, rule: Rule, with_bias: bool) -> dict[str, tuple] | None:
+        names = [f"{rule.target}/{output}" if output else rule.target for output in rule.transform.outputs]
+        if rule.transform.inverse is None:
+            return self._torch_layout(rule, names, with_bias)
+        needed = [name for name in names if with_bias or not name.endswith("/bias")]
+        if not needed or any(name not in self.canonical for name in needed):
+            return None
+        zeros = {name: np.zeros(self.canonical[name], np.float32) for name in needed}
+        try:
+            weight, bias = rule.transform.inverse(rule.target, zeros, self.num_heads)
+        except (ValueError, KeyError):
+            return None
+        return {"weight": tuple(weight.shape), **({"bias": tuple(bias.shape)} if bias is not None else {})}
+
+    def _torch_layout(self, rule: Rule, names: list[str], with_bias: bool) -> dict[str, tuple] | None:
+        """For a transform without an inverse (a reader's special case, e.g. EVA's q projection with its implied
+        key bias): its weight is its first output, its bias the next bias, in torch's layout."""
+        weight = names[0]
+        bias = next((name for name in names[1:] if name.endswith("/bias")), None)
+        roles = {"weight": weight, **({"bias": bias} if with_bias and bias and "bias" in rule.params() else {})}
+        if any(name not in self.canonical for name in roles.values()):
+            return None
+        return {role: _torch_shape(name, self.canonical[name]) for role, name in roles.items()}
+
+    def describe(self) -> str:
+        names = ("hidden_size", "num_heads", "mlp_dim", "patch_size")
+        return ", ".join(f"{name} {self.fields[name]}" for name in names if self.fields.get(name) is not None)
+
+
+def _torch_shape(name: str, shape: tuple) -> tuple:
+    """The torch shape of a canonical array (`vit_keras.weights.torch_layout`): per-head kernels and biases
+    flattened, kernels (in, out) as Linear weights (out, in), the patch kernel as a convolution's (D, C, P, P).
+
+    Example:
+        >>> _torch_shape("Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel", (48, 3, 16))
+        (48, 48)
+    """
+    if len(shape) == 4:
+        return (shape[3], shape[2], shape[0], shape[1])
+    if len(shape) == 3:
+        return (shape[2], shape[0] * shape[1]) if name.endswith("out/kernel") else (shape[1] * shape[2], shape[0])
+    if len(shape) == 2:
+        return (shape[1], shape[0]) if name.endswith("kernel") else (shape[0] * shape[1],)
+    return tuple(shape)
+
+
+def _check_shapes(table: Table, found: dict, expected_shapes: _ExpectedShapes, source: str) -> None:
+    """Refuse every tensor whose shape differs from the one the architecture fixes, naming key and both shapes."""
+    if not expected_shapes.canonical:
+        return
+    wrong = []
+    for (index, _), parts in found.items():
+        expected = expected_shapes.of(index, parts)
+        for role, (key, value) in sorted(parts.items()):
+            if expected is not None and role in expected and tuple(value.shape) != expected[role]:
+                wrong.append(f"{key}: found {tuple(value.shape)}, expected {expected[role]}")
+    if wrong:
+        raise ValueError(
+            f"{source}: {len(wrong)} tensors of this {table.family} checkpoint do not have the shapes of the "
+            f"architecture they are read for ({expected_shapes.describe()}); nothing was loaded.\n  "
+            + "\n  ".join(sorted(wrong)) + "\nA truncated or transposed tensor means a damaged or hand-edited file: "
+            "download or export it again; otherwise check that the file and its config (or the model's arguments) "
+            "describe the same model.")
+
+
+def _unconvertible(table, rule, groups, parts, expected, num_heads, source, error) -> str:
+    found = ", ".join(f"{key} of shape {tuple(value.shape)}" for _, (key, value) in sorted(parts.items()))
+    wanted = (f" (expected: {', '.join(f'{role} {shape}' for role, shape in sorted(expected.items()))})"
+              if expected else "")
+    return (f"{source}: {found} cannot be read as the {table.family} module {rule.source.format(**dict(groups))} "
+            f"with {num_heads} heads{wanted}: {error} Nothing was loaded; the tensor is truncated or transposed, or "
+            "the model has another number of heads.")
 
 
 def config_switches(fields: Mapping | None, names=("qkv_bias", "patch_bias")) -> dict[str, bool] | None:

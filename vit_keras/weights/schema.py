@@ -87,6 +87,46 @@ CANONICAL_NAMES: tuple[str, ...] = (
 )
 
 
+def architecture_shapes(fields) -> dict[str, tuple[int, ...]]:
+    """The shapes that the architecture (`ViTConfig` fields: hidden size D, heads H, MLP size M, patch size P) fixes
+    for canonical names (templates), in the layouts above: norms and layer scales `(D,)`; q/k/v kernels `(D, H, D/H)`
+    and biases `(H, D/H)`; the attention output kernel `(H, D/H, D)`; the MLP's `(D, M)` and `(M, D)` (a SwiGLU's
+    gate and value `(D, M)` each, packed `(D, 2M)`); the RGB patch kernel `(P, P, 3, D)`. Names whose shape depends
+    on more (heads, tokens, a ResNet stem) are left out. Empty when the fields do not give D and H.
+
+    Example:
+        >>> architecture_shapes({"hidden_size": 48, "num_heads": 3, "mlp_dim": 96})[BLOCK_ATTENTION + "/query/kernel"]
+        (48, 3, 16)
+    """
+    hidden, heads = fields.get("hidden_size"), fields.get("num_heads")
+    if not isinstance(hidden, int) or not isinstance(heads, int) or heads <= 0 or hidden % heads:
+        return {}
+    head_dim = hidden // heads
+    shapes: dict[str, tuple[int, ...]] = {}
+    for norm in (BLOCK_NORM_1, BLOCK_NORM_2, ENCODER_NORM, "fc_norm", "pre_norm", "patch_norm"):
+        shapes.update({name: (hidden,) for name in _names(norm, _NORM)})
+    for projection in PROJECTIONS[:3]:
+        shapes[f"{BLOCK_ATTENTION}/{projection}/kernel"] = (hidden, heads, head_dim)
+        shapes[f"{BLOCK_ATTENTION}/{projection}/bias"] = (heads, head_dim)
+    shapes[f"{BLOCK_ATTENTION}/out/kernel"] = (heads, head_dim, hidden)
+    shapes[f"{BLOCK_ATTENTION}/out/bias"] = (hidden,)
+    shapes[f"{BLOCK_SCALE_1}/scale"] = shapes[f"{BLOCK_SCALE_2}/scale"] = (hidden,)
+    shapes[f"{BLOCK_MLP_OUT}/bias"] = (hidden,)
+    mlp, mlp_dim = fields.get("mlp") or "gelu", fields.get("mlp_dim")
+    if isinstance(mlp_dim, int) and mlp in ("gelu", "swiglu", "swiglu_packed"):
+        # SwiGLU (vit_keras.layers.swiglu): gate and value of mlp_dim each, split or packed as one [gate; value].
+        inputs = {"gelu": ((BLOCK_MLP_IN, mlp_dim),), "swiglu_packed": ((BLOCK_MLP_IN, 2 * mlp_dim),),
+                  "swiglu": ((BLOCK_MLP_GATE, mlp_dim), (BLOCK_MLP_VALUE, mlp_dim))}[mlp]
+        for name, width in inputs:
+            shapes.update({f"{name}/kernel": (hidden, width), f"{name}/bias": (width,)})
+        shapes[f"{BLOCK_MLP_OUT}/kernel"] = (mlp_dim, hidden)
+        shapes.update({name: (mlp_dim,) for name in _names(BLOCK_MLP_NORM, _NORM)})
+    patch = fields.get("patch_size")
+    if isinstance(patch, int) and not fields.get("resnet"):
+        shapes.update({"embedding/kernel": (patch, patch, 3, hidden), "embedding/bias": (hidden,)})
+    return shapes
+
+
 def template_regex(template: str, named: bool = True) -> re.Pattern:
     """A template with `{name}` placeholders as an anchored regex whose named groups capture them.
 

@@ -137,13 +137,16 @@ def is_timm_dir(path: str) -> bool:
 
 
 def canonicalize(tensors: dict[str, np.ndarray], num_heads: int, *, config: dict | None = None,
-                 source: str | None = None, naflex: bool = False) -> dict[str, np.ndarray]:
+                 source: str | None = None, naflex: bool = False,
+                 architecture: dict | None = None) -> dict[str, np.ndarray]:
     """timm ViT tensors -> the canonical vit_jax raw-name dict, by `TABLE`.
 
     `config`: the `ViTConfig` fields of the checkpoint's config.json (`read_config`), which say whether the q/k/v
     and patch projections have biases; without it (a bare state dict) the file must be consistent across blocks.
     A tensor the architecture needs and the file lacks is refused, naming its timm key and `source` (default: the
-    file the tensors were read from). `naflex`: a NaFlexVit's tensors (`NAFLEX_TABLE`).
+    file the tensors were read from). `naflex`: a NaFlexVit's tensors (`NAFLEX_TABLE`). `architecture`: for a bare
+    state dict, the `ViTConfig` fields of the model it is read for, against which each tensor's shape is checked
+    (with a config, the config's fields are).
 
     Example:
         >>> deit = "tests/fixtures/family/timm_deit_distilled/checkpoint"
@@ -159,7 +162,7 @@ def canonicalize(tensors: dict[str, np.ndarray], num_heads: int, *, config: dict
                              f"holds {norms}; nothing was loaded. Check that the file and its config.json describe "
                              "the same model.")
     return rules.apply_table(NAFLEX_TABLE if naflex else TABLE, tensors, num_heads=num_heads, source=source,
-                             switches=rules.config_switches(config))
+                             switches=rules.config_switches(config), fields=config or architecture)
 
 
 def read_timm(path: str, num_heads: int) -> dict[str, np.ndarray]:

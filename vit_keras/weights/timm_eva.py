@@ -434,7 +434,7 @@ def canonicalize(tensors, fields: Mapping, attention: tuple[str, bool], *, sourc
     and the file lacks, or the file holds and the config does not promise, is refused by its timm key.
 
     Example:
-        >>> args = dict(architecture_args("vit_small_patch16_dinov3"), embed_dim=48, depth=3, num_heads=3)  # tiny
+        >>> args = dict(architecture_args("vit_small_patch16_dinov3"), embed_dim=48, depth=3, num_heads=3, patch_size=8)
         >>> fields, attention = eva_fields(args)
         >>> dinov3 = "tests/fixtures/family2/timm_dinov3/checkpoint"
         >>> params = canonicalize(read_safetensors(f"{dinov3}/model.safetensors"), fields, attention)
@@ -444,7 +444,7 @@ def canonicalize(tensors, fields: Mapping, attention: tuple[str, bool], *, sourc
     source = rules.source_name(tensors, source)
     _check_counts(tensors, fields, source)
     return rules.apply_table(table(fields, attention, family), tensors, num_heads=fields["num_heads"], source=source,
-                             switches=rules.config_switches(fields))
+                             switches=rules.config_switches(fields), fields=fields)
 
 
 def read_directory(directory: str) -> tuple[dict, tuple | None, dict]:
