@@ -24,8 +24,9 @@ from vit_keras.export.signatures import (
     BYTES_INPUT,
     SERVE_BYTES,
     SERVING_DEFAULT,
-    check_encoded_image,
+    decode_each_image,
     float32_model,
+    mark_failed_images,
 )
 from vit_keras.files import atomic_directory, refuse_existing
 from vit_keras.layers.flexible import INPUT_KEYS, check_flexible_inputs, flexible_input_assertions
@@ -68,8 +69,6 @@ def build_naflex_module(model, max_num_patches: int, max_image_pixels=None):
     limit = check_positive_int("max_image_pixels", default_max_pixels() if max_image_pixels is None
                                else max_image_pixels)
     patch_size = config_of(model).patch_size
-    example_spec = {"patches": tf.TensorSpec((max_num_patches, features), tf.float32),
-                    "grid": tf.TensorSpec((2,), tf.int32), "mask": tf.TensorSpec((max_num_patches,), tf.int32)}
 
     def run(batch):
         return {OUTPUT_NAME: model(batch, training=False)}
@@ -86,12 +85,9 @@ def build_naflex_module(model, max_num_patches: int, max_image_pixels=None):
 
     @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name=BYTES_INPUT)], autograph=False)
     def serve_bytes(image_bytes):
-        def prepare(data):
-            data = check_encoded_image(data, limit)
-            image = tf.io.decode_image(data, channels=3, expand_animations=False, dtype=tf.uint8)
-            return naflex_example(image, patch_size, max_num_patches)
-
-        return run(tf.map_fn(prepare, image_bytes, fn_output_signature=example_spec))
+        batch, image_ok, image_error = decode_each_image(
+            image_bytes, lambda image: naflex_example(image, patch_size, max_num_patches), limit)
+        return mark_failed_images(run(batch), image_ok, image_error)
 
     module = tf.Module(name="vit_naflex_serving")
     module.model_variables = list(model.variables)
@@ -110,7 +106,13 @@ def naflex_saved_model(model, export_dir, max_num_patches: int, version: int = 1
     - `serve_bytes`: `image_bytes` string (batch,): encoded JPEG/PNG/GIF/BMP images of any sizes (RGB in
       [0, 255]; the model's own normalisation applies), each checked against `max_image_pixels` from its header
       before it is decoded, resized to `naflex_size`'s size for `max_num_patches` (bilinear, antialiased), cut into
-      patches and padded to `max_num_patches`;
+      patches and padded to `max_num_patches`. Each image is answered on its own: `image_ok` bool (batch,) and
+      `image_error` string (batch,) come with `outputs`; an image that is not a JPEG/PNG/GIF/BMP, is empty, is
+      above `max_image_pixels`, that the decoder rejects (truncated, damaged header) or a JPEG whose segments are
+      not where their lengths place them gets NaN `outputs`, `image_ok` False and an `image_error` naming it
+      (`image_bytes[i]`) and the reason, and the other images' outputs are those they get alone. A JPEG whose
+      compressed data is damaged inside, which libjpeg repairs with a warning only, is served as decoded (see
+      `vit_keras.export.signatures.decode_each_image`);
     - `serving_default`: the NaFlex dict itself, `patches` (batch, N, P·P·3), `grid` (batch, 2), `mask` (batch, N).
 
     The directory is written beside its place and renamed into it; an existing version needs `overwrite=True`.

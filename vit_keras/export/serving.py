@@ -74,9 +74,15 @@ def saved_model(
       has no pooling.
     - `serve_bytes`: `image_bytes` string (batch,): encoded JPEG/PNG/GIF/BMP images (what REST's
       `{"b64": ...}` carries), decoded, resized to (H, W) with bilinear `tf.image.resize` and served as above
-      (a model of any size: to the size its position embeddings are stored at). Each image's width and height
-      are read from its header first: another format, or more than `max_image_pixels` pixels, fails the request
-      with an `InvalidArgument` error before anything is decoded.
+      (a model of any size: to the size its position embeddings are stored at). Each image is answered on its
+      own, with two more outputs: `image_ok` bool (batch,) and `image_error` string (batch,), empty for a served
+      image. An image that cannot be served gets `image_ok` False, an `image_error` that names it
+      (`image_bytes[i]`) and says why, and NaN outputs (`top_k_classes` -1, `top_k_labels` empty), while the
+      other images' outputs are those they get alone: an empty string or another format, more than
+      `max_image_pixels` pixels (read from its header before anything is decoded), a file the decoder rejects
+      (truncated, damaged), or a JPEG whose segments are not where their lengths place them. Not detected: bytes
+      overwritten inside a JPEG's compressed data, which libjpeg repairs with a warning only that TensorFlow does
+      not expose; such an image is served as decoded (`signatures.decode_each_image`).
 
     The directory is written to a hidden temporary directory beside it and renamed into place, so TF
     Serving never loads a half-written version. It loads with TensorFlow alone (`tf.saved_model.load`), no
