@@ -12,10 +12,10 @@ Examples may also use these names, made only for the examples that mention them 
 (scikit-learn's bundled 8x8 digits as `vit_keras.data.Split`s, train and test), and `saved_model_dir`,
 `tflite_file`, `onnx_file`: `tiny_model` exported once per test session (read them, do not write them).
 
-Examples that name the bundled tfds dataset `vit_keras_digits` find it prepared: the first preparation in a data
-directory prints tfds' "Downloading and preparing dataset ..." line, so it happens here, once per process, in the
-run's own empty `TFDS_DATA_DIR` (the repository's `conftest.py`), instead of in whichever example comes first —
-the examples' output then does not depend on what an earlier run left behind.
+Examples that name a bundled tfds dataset (`vit_keras_digits`, `vit_keras_shapes`) find it prepared: the first
+preparation in a data directory prints tfds' "Downloading and preparing dataset ..." line, so it happens here, once
+per process, in the run's own empty `TFDS_DATA_DIR` (the repository's `conftest.py`), instead of in whichever
+example comes first — the examples' output then does not depend on what an earlier run left behind.
 """
 
 import contextlib
@@ -36,14 +36,14 @@ import vit_keras  # noqa: E402
 REPOSITORY = Path(__file__).resolve().parent.parent
 
 # Modules that import an optional dependency at import time, by the dependency (module names, not extras).
-OPTIONAL_IMPORTS = {"datasets/digits.py": "tensorflow_datasets"}
+OPTIONAL_IMPORTS = {"datasets/digits.py": "tensorflow_datasets", "datasets/shapes.py": "tensorflow_datasets"}
 collect_ignore = [path for path, module in OPTIONAL_IMPORTS.items() if importlib.util.find_spec(module) is None]
 # vit_keras.vit, .utils and .visualize are aliases of vit_keras.compat's modules, and vit_keras.data of
 # vit_keras.training.data: their examples run from there.
 collect_ignore += ["vit.py", "utils.py", "visualize.py", "data.py"]
 
 # Modules whose examples run TensorFlow itself (SavedModel, TFLite, tf.data, tf.distribute).
-TF_ONLY_MODULES = ("vit_keras.export", "vit_keras.datasets", "vit_keras.training")
+TF_ONLY_MODULES = ("vit_keras.export", "vit_keras.datasets", "vit_keras.training", "vit_keras.dense.export")
 # Modules whose examples run keras.distribution, which vit_keras supports on the JAX backend only: they run with
 # KERAS_BACKEND=jax (`KERAS_BACKEND=jax pytest vit_keras/training/parallel.py`).
 JAX_ONLY_MODULES = ("vit_keras.training.parallel",)
@@ -68,6 +68,8 @@ SLOW_EXAMPLES = {
     "vit_keras.export.lite.write_tflite",
     "vit_keras.export.onnx.to_onnx",
     "vit_keras.export.serving.saved_model",
+    "vit_keras.dense.export.dense_saved_model",
+    "vit_keras.dense.export.dense_tflite",
     "vit_keras.models.ViTR26B32",
     "vit_keras.models.ViTR26S32",
     "vit_keras.models.ViTR50B16",
@@ -153,27 +155,28 @@ SESSION_FILES = {"saved_model_dir": _exported(_saved_model), "tflite_file": _exp
 _session_files: dict = {}
 
 
-BUNDLED_DATASET = "vit_keras_digits"
+BUNDLED_DATASETS = ("vit_keras_digits", "vit_keras_shapes")
 _prepared_datasets: set = set()
 
 
-def prepare_bundled_dataset(data_dir=None) -> str:
-    """Prepare `vit_keras_digits` in `data_dir` (default: $TFDS_DATA_DIR) with tfds' progress output swallowed."""
+def prepare_bundled_dataset(name: str = BUNDLED_DATASETS[0], data_dir=None) -> str:
+    """Prepare the bundled dataset `name` in `data_dir` (default: $TFDS_DATA_DIR) with tfds' progress output
+    swallowed; return its directory."""
     import tensorflow_datasets as tfds
 
-    import vit_keras.datasets  # noqa: F401  (registers the builder)
+    import vit_keras.datasets  # noqa: F401  (registers the builders)
 
-    builder = tfds.builder(BUNDLED_DATASET, data_dir=data_dir)
+    builder = tfds.builder(name, data_dir=data_dir)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         builder.download_and_prepare()
     return builder.data_dir
 
 
-def _mentions_bundled_dataset(item) -> bool:
+def _bundled_datasets_named(item) -> set:
     dtest = getattr(item, "dtest", None)
     if not dtest or importlib.util.find_spec("tensorflow_datasets") is None:
-        return False
-    return any(BUNDLED_DATASET in example.source for example in dtest.examples)
+        return set()
+    return {name for name in BUNDLED_DATASETS if any(name in example.source for example in dtest.examples)}
 
 
 def _names_used(item) -> set:
@@ -186,9 +189,9 @@ def _names_used(item) -> set:
 def _doctest_environment(request, doctest_namespace, tmp_path, tmp_path_factory, monkeypatch):
     doctest_namespace.update(np=np, keras=keras, vit_keras=vit_keras)
     used = _names_used(request.node)
-    if _mentions_bundled_dataset(request.node) and BUNDLED_DATASET not in _prepared_datasets:
-        prepare_bundled_dataset()
-        _prepared_datasets.add(BUNDLED_DATASET)
+    for dataset in sorted(_bundled_datasets_named(request.node) - _prepared_datasets):
+        prepare_bundled_dataset(dataset)
+        _prepared_datasets.add(dataset)
     for name in sorted(used & set(SESSION_FILES)):
         if name not in _session_files:
             _session_files[name] = SESSION_FILES[name](tmp_path_factory.mktemp(name))

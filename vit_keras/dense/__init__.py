@@ -1,0 +1,21 @@
+"""Dense prediction on ViT feature maps (`vit_keras.features`): ViTDet's simple feature pyramid, a linear
+segmentation probe and a DPT-style head for segmentation and monocular depth, their metrics, and models that put
+them on a backbone.
+
+Example:
+    >>> from vit_keras import dense
+    >>> backbone = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+    ...                          mlp_dim=96, include_top=False)
+    >>> model = dense.segmentation_model(backbone, num_classes=3)
+    >>> model.output_shape
+    (None, 32, 32, 3)
+"""
+
+from vit_keras.dense.export import dense_saved_model, dense_tflite
+from vit_keras.dense.heads import DPTHead, LinearSegmentationHead
+from vit_keras.dense.metrics import DepthThresholdAccuracy, depth_metrics, segmentation_metrics
+from vit_keras.dense.models import depth_model, segmentation_model
+from vit_keras.dense.pyramid import SimpleFeaturePyramid
+
+__all__ = ["DPTHead", "DepthThresholdAccuracy", "LinearSegmentationHead", "SimpleFeaturePyramid", "dense_saved_model",
+           "dense_tflite", "depth_metrics", "depth_model", "segmentation_metrics", "segmentation_model"]
