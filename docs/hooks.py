@@ -353,3 +353,73 @@ def render(markdown: str) -> str:
 
 def on_page_markdown(markdown, page, config, files):  # noqa: ARG001 (MkDocs' hook signature)
     return render(markdown)
+
+
+# --- the dense-features page's figure ---------------------------------------------------------------------------
+
+DENSE_FIGURE = "dense_features_pca.png"
+DENSE_CHECKPOINT = ROOT / "tests" / "fixtures" / "dense" / "timm_dinov3_rect" / "checkpoint"
+
+
+def _scene(height: int = 128, width: int = 192):
+    """An RGB test picture: a shaded floor, a red square, a blue disc and a green triangle."""
+    import numpy as np
+
+    rows, cols = np.mgrid[:height, :width]
+    image = np.stack([90 + 60 * rows / height, 110 + 40 * cols / width, 150 - 50 * rows / height], axis=-1)
+    image[(rows > 30) & (rows < 80) & (cols > 20) & (cols < 70)] = (220, 60, 40)
+    image[(rows - 70) ** 2 + (cols - 120) ** 2 < 32 ** 2] = (40, 90, 220)
+    image[(rows > 60) & (rows < 120) & (cols > 150) & (np.abs(cols - 170) < (rows - 60) / 2)] = (50, 190, 70)
+    return image.astype("float32")
+
+
+def pca_rgb(feature_map):
+    """The first three principal components of a `(H, W, C)` map's patch features, each scaled to [0, 1]: the
+    picture DINO users make of their features."""
+    import numpy as np
+
+    tokens = feature_map.reshape(-1, feature_map.shape[-1]).astype("float64")
+    tokens -= tokens.mean(axis=0)
+    _, _, components = np.linalg.svd(tokens, full_matrices=False)
+    projected = tokens @ components[:3].T
+    projected = (projected - projected.min(axis=0)) / np.maximum(np.ptp(projected, axis=0), 1e-12)
+    return projected.reshape(*feature_map.shape[:2], 3)
+
+
+def dense_figure_png() -> bytes:
+    """The dense-features page's figure: a picture and the PCA of a DINOv3-architecture model's last block."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import vit_keras
+    from vit_keras import features
+
+    image = _scene()
+    model = vit_keras.from_pretrained(str(DENSE_CHECKPOINT), include_top=False, image_size=image.shape[:2])
+    (feature_map,) = features.intermediate_model(model, 1, norm=True).predict(image[None], verbose=0)
+    figure, axes = plt.subplots(1, 2, figsize=(8, 2.9))
+    axes[0].imshow(image.astype("uint8"))
+    axes[0].set_title(f"image ({image.shape[0]}x{image.shape[1]})")
+    axes[1].imshow(pca_rgb(np.asarray(feature_map)), interpolation="nearest")
+    rows, cols = np.asarray(feature_map).shape[:2]
+    axes[1].set_title(f"PCA of {features.feature_names(model, 1)[0]}'s features ({rows}x{cols} patches)")
+    for axis in axes:
+        axis.axis("off")
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def on_files(files, config):
+    from mkdocs.structure.files import File
+
+    files.append(File.generated(config, DENSE_FIGURE, content=dense_figure_png()))
+    return files
