@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import platform
@@ -86,6 +87,7 @@ RUNTIMES = ("keras", "tflite", "tflite_int8", "onnxruntime")  # how vit_keras ru
 PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 CLASSES = 1000
 MATMUL = "tf.matmul"
+PEAK_LIBRARIES = {"tensorflow": MATMUL, "jax": "jax.numpy.matmul", "torch": "torch.matmul"}
 PEAK_PRECISIONS = ("float32", "bfloat16")  # the matmul peak is measured for these
 
 
@@ -181,24 +183,67 @@ def _time_calls(step, batch, min_seconds, min_calls):
             "first_call_s": compile_seconds}
 
 
+def _set_tf32(backend, case):
+    """Turn TF32 matmuls on or off as `case["tf32"]` says (None: the framework's default). Returns the state the
+    float32 matmuls of this case run in: True (TF32), False (full float32), or None for a half-precision case."""
+    on_gpu = _backend_device(backend) == "GPU"
+    asked = case.get("tf32")
+    if backend == "torch":
+        import torch
+
+        if asked is not None:
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(asked)
+        state = on_gpu and torch.backends.cuda.matmul.allow_tf32
+    elif backend == "jax":
+        import jax
+
+        if asked is not None:
+            jax.config.update("jax_default_matmul_precision", "tensorfloat32" if asked else "highest")
+        # JAX's default precision runs float32 matmuls in TF32 on GPUs that have it (Ampere and later).
+        state = on_gpu and jax.config.jax_default_matmul_precision in (None, "default", "tensorfloat32",
+                                                                        "bfloat16")
+    else:
+        import tensorflow as tf
+
+        if asked is not None:
+            tf.config.experimental.enable_tensor_float_32_execution(bool(asked))
+        state = on_gpu and tf.config.experimental.tensor_float_32_execution_enabled()
+    return bool(state) if case["precision"] == "float32" else None
+
+
+def _attention_paths_taken(model) -> list:
+    """The attention paths the model's attention layers ran (vit_keras layers report theirs; others: none)."""
+    return sorted({layer.attention_path_taken for layer in model._flatten_layers()
+                   if getattr(layer, "attention_path_taken", None)})
+
+
 def _run_keras_backend(case, min_seconds, min_calls):
-    """A Keras library on JAX or PyTorch, through Keras' own compiled functions (`predict_on_batch`,
-    `train_on_batch`): `jit_compile` is `jax.jit` on JAX and `torch.compile` on PyTorch."""
+    """A Keras library on JAX or PyTorch. Input on the device (`case["input"] == "device"`, the default): the batch
+    is a `jax.Array` / `torch.Tensor` already there, and inference runs a compiled function of it (`jax.jit` of
+    `stateless_call`; the model, under `torch.compile` with `xla`), training `train_on_batch` on it. From host
+    (`"host"`): a NumPy batch through `predict_on_batch` / `train_on_batch`, each call copying it over, as
+    `predict` users do. `jit_compile` is `jax.jit` on JAX and `torch.compile` on PyTorch."""
     import keras
     import numpy as np
 
+    tf32 = _set_tf32(case["backend"], case)
     model = _keras_model(case)
     size = ARCHITECTURES[case["architecture"]]["image_size"]
     batch = case["batch"]
     rng = np.random.default_rng(0)
     images = rng.uniform(-1, 1, (batch, size, size, 3)).astype("float32")
-    if case["task"] == "inference":
+    labels = rng.integers(0, CLASSES, batch)
+    on_device = case.get("input", "device") == "device"
+    if on_device:
+        images, labels, synchronize = _to_device(case["backend"], images, labels)
+    if case["task"] == "inference" and on_device:
+        step = _compiled_forward(case, model, images, synchronize)
+    elif case["task"] == "inference":
         model.compile(jit_compile=case["xla"])
 
         def step():
             keras.ops.convert_to_numpy(model.predict_on_batch(images))
     else:
-        labels = rng.integers(0, CLASSES, batch)
         model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9, global_clipnorm=1.0),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=case["xla"])
 
@@ -207,7 +252,47 @@ def _run_keras_backend(case, min_seconds, min_calls):
     result = _time_calls(step, batch, min_seconds, min_calls)
     result["parameters"] = int(model.count_params())
     result["backend_device"] = _backend_device(case["backend"])
+    result["tf32_active"] = tf32
+    result["attention_paths"] = _attention_paths_taken(model)
     return result
+
+
+def _to_device(backend, *arrays):
+    """The arrays on the backend's default device, and a function that waits for that device's work to end."""
+    if backend == "jax":
+        import jax
+
+        placed = [jax.device_put(array) for array in arrays]
+        return (*placed, lambda outputs: jax.block_until_ready(outputs))
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    placed = [torch.as_tensor(array, device=device) for array in arrays]
+    return (*placed, lambda outputs: torch.cuda.synchronize() if device == "cuda" else None)
+
+
+def _compiled_forward(case, model, images, synchronize):
+    """One call of the model's forward pass on a device-resident batch, compiled: `jax.jit` of `stateless_call`
+    (variables passed in, as Keras' own jitted functions do), or the model under `torch.compile` (with `xla`) in
+    `torch.no_grad()`. The output stays on the device; the call waits for it."""
+    if case["backend"] == "jax":
+        import jax
+
+        trainable = [variable.value for variable in model.trainable_variables]
+        non_trainable = [variable.value for variable in model.non_trainable_variables]
+        forward = jax.jit(lambda t, n, x: model.stateless_call(t, n, x, training=False)[0])
+
+        def step():
+            synchronize(forward(trainable, non_trainable, images))
+        return step
+    import torch
+
+    forward = torch.compile(model) if case["xla"] else model
+
+    def step():
+        with torch.no_grad():
+            synchronize(forward(images, training=False))
+    return step
 
 
 def _run_vit_keras_exported(case, min_seconds, min_calls):
@@ -257,7 +342,8 @@ def _backend_device(backend) -> str:
     if backend == "jax":
         import jax
 
-        return jax.devices()[0].platform.upper()
+        platform = jax.devices()[0].platform.upper()
+        return "GPU" if platform in ("GPU", "CUDA", "ROCM") else platform
     if backend == "torch":
         import torch
 
@@ -275,17 +361,20 @@ def _run_keras(case, min_seconds, min_calls):
     import numpy as np
     import tensorflow as tf
 
+    tf32 = _set_tf32("tensorflow", case)
     model = _keras_model(case)
     size = ARCHITECTURES[case["architecture"]]["image_size"]
     batch = case["batch"]
     rng = np.random.default_rng(0)
-    images = tf.constant(rng.uniform(-1, 1, (batch, size, size, 3)).astype("float32"))
+    host_images = rng.uniform(-1, 1, (batch, size, size, 3)).astype("float32")
+    images = tf.constant(host_images)  # on the default device: the GPU where TensorFlow has one
     if case["task"] == "inference" and case.get("call") == "predict":
-        # What a user calls: Keras' predict loop (its data adapter, one batch, the compiled predict function).
+        # What a user calls: Keras' predict loop (its data adapter, one batch, the compiled predict function) on a
+        # NumPy batch, copied over each call.
         model.compile(jit_compile=case["xla"])
 
         def step():
-            model.predict(images, batch_size=batch, verbose=0)
+            model.predict(host_images, batch_size=batch, verbose=0)
     elif case["task"] == "inference":
         forward = tf.function(lambda x: model(x, training=False), jit_compile=case["xla"])
 
@@ -303,6 +392,8 @@ def _run_keras(case, min_seconds, min_calls):
             model.train_on_batch(images, labels)
     result = _time_calls(step, batch, min_seconds, min_calls)
     result["parameters"] = int(model.count_params())
+    result["tf32_active"] = tf32
+    result["attention_paths"] = _attention_paths_taken(model)
     if tf.config.list_physical_devices("GPU"):
         result["peak_device_mib"] = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
     return result
@@ -345,7 +436,11 @@ def _run_timm(case, min_seconds, min_calls):
     # PyTorch's counterpart of XLA; on CPU it needs a C++ toolchain.
     forward = torch.compile(model) if compiled else model
     batch, size = case["batch"], arch["image_size"]
-    images = torch.rand(batch, 3, size, size, device=device) * 2 - 1
+    tf32 = _set_tf32("torch", case)
+    host = case.get("input", "device") == "host"
+    # From host: a NumPy batch (pinned memory is an extra step users seldom take) copied over each call.
+    host_images = (torch.rand(batch, 3, size, size) * 2 - 1).numpy()
+    images = torch.as_tensor(host_images, device=device)
     low_precision = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(case["precision"])
 
     def autocast():
@@ -360,7 +455,7 @@ def _run_timm(case, min_seconds, min_calls):
 
         def step():
             with torch.inference_mode(), autocast():
-                forward(images)
+                forward(torch.as_tensor(host_images, device=device) if host else images)
             sync()
     else:
         labels = torch.randint(0, CLASSES, (batch,), device=device)
@@ -370,7 +465,8 @@ def _run_timm(case, min_seconds, min_calls):
         def step():
             optimizer.zero_grad(set_to_none=True)
             with autocast():
-                loss = torch.nn.functional.cross_entropy(forward(images), labels)
+                inputs = torch.as_tensor(host_images, device=device) if host else images
+                loss = torch.nn.functional.cross_entropy(forward(inputs), labels)
             scaler.scale(loss).backward()
             scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -380,6 +476,7 @@ def _run_timm(case, min_seconds, min_calls):
 
     result = _time_calls(step, batch, min_seconds, min_calls)
     result["compiled"] = compiled
+    result["tf32_active"] = tf32
     result["parameters"] = sum(p.numel() for p in model.parameters())
     if device == "cuda":
         result["peak_device_mib"] = torch.cuda.max_memory_allocated() / 2**20
@@ -426,17 +523,44 @@ def _run_onnxruntime(case, min_seconds, min_calls):
 
 
 def _run_matmul(case, min_seconds, min_calls):
-    """GFLOP/s of one n x n `tf.matmul` in the case's precision (bfloat16 operands: oneDNN's or XLA's GEMM)."""
+    """GFLOP/s of one n x n matmul in the case's precision: `tf.matmul` (bfloat16 operands: oneDNN's or XLA's GEMM),
+    or where TensorFlow is absent `jax.numpy.matmul` under `jax.jit` / `torch.matmul`. On a GPU, float32 runs in
+    TF32 (its fastest setting: the peak a TF32 row can reach)."""
     import numpy as np
-    import tensorflow as tf
 
     n = case["batch"]
-    dtype = {"float32": tf.float32, "bfloat16": tf.bfloat16}[case["precision"]]
     rng = np.random.default_rng(0)
-    a, b = (tf.cast(tf.constant(rng.normal(size=(n, n)).astype("float32")), dtype) for _ in range(2))
-    multiply = tf.function(lambda x, y: tf.matmul(x, y), jit_compile=case["xla"])
-    result = _time_calls(lambda: multiply(a, b).numpy(), 1, min_seconds, min_calls)
+    a, b = (rng.normal(size=(n, n)).astype("float32") for _ in range(2))
+    backend = case.get("backend", "tensorflow")
+    tf32 = _set_tf32(backend, {**case, "tf32": True})
+    if backend == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        a, b = (jnp.asarray(x, dtype=case["precision"]) for x in (a, b))
+        multiply = jax.jit(jnp.matmul)
+        result = _time_calls(lambda: multiply(a, b).block_until_ready(), 1, min_seconds, min_calls)
+    elif backend == "torch":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        a, b = (torch.as_tensor(x, device=device).to(getattr(torch, case["precision"])) for x in (a, b))
+
+        def step():
+            torch.matmul(a, b)
+            if device == "cuda":
+                torch.cuda.synchronize()
+        result = _time_calls(step, 1, min_seconds, min_calls)
+    else:
+        import tensorflow as tf
+
+        dtype = {"float32": tf.float32, "bfloat16": tf.bfloat16}[case["precision"]]
+        a, b = (tf.cast(tf.constant(x), dtype) for x in (a, b))
+        multiply = tf.function(lambda x, y: tf.matmul(x, y), jit_compile=case["xla"])
+        result = _time_calls(lambda: multiply(a, b).numpy(), 1, min_seconds, min_calls)
     result["gflop_per_s"] = 2 * n**3 / 1e9 * result.pop("images_per_s")
+    result["tf32_active"] = tf32
+    result["backend_device"] = _backend_device(backend)
     return result
 
 
@@ -481,6 +605,105 @@ def _run_attention(case, min_seconds, min_calls):
 
     forward = tf.function(attend, jit_compile=case["xla"])
     return _time_calls(lambda: forward(x).numpy(), case["batch"], min_seconds, min_calls)
+
+
+def _run_attention_path(case, min_seconds, min_calls):
+    """One B/16 encoder block (`TransformerBlock`, batch x 197 tokens x 768) on the case's Keras backend with its
+    attention layer forced onto `case["attention_path"]`; `case["pass"]`: the forward pass, or forward and
+    backward (the gradients of the input and of every weight), compiled as the backend compiles (`jax.jit`,
+    `tf.function` with `xla`; PyTorch eager). The input is on the device."""
+    import keras
+    import numpy as np
+
+    sys.path.insert(0, REPO)
+    from vit_keras.layers import TransformerBlock
+
+    keras.mixed_precision.set_global_policy(PRECISIONS[case["precision"]])
+    backend = case["backend"]
+    tf32 = _set_tf32(backend, case)
+    arch = ARCHITECTURES[case["architecture"]]
+    tokens = (arch["image_size"] // arch["patch_size"]) ** 2 + 1
+    x = np.random.default_rng(0).normal(size=(case["batch"], tokens, arch["hidden_size"])).astype("float32")
+    block = TransformerBlock(num_heads=arch["num_heads"], mlp_dim=arch["mlp_dim"])
+    block.build(x.shape)
+    block.attention.attention_path = case["attention_path"]
+    backward = case["pass"] == "forward+backward"
+    if backend == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        x = jax.device_put(x)
+        trainable = [v.value for v in block.trainable_variables]
+        non_trainable = [v.value for v in block.non_trainable_variables]
+
+        def forward(t, n, inputs):
+            return block.stateless_call(t, n, inputs)[0]
+
+        def loss(t, n, inputs):
+            return jnp.sum(jnp.square(forward(t, n, inputs).astype("float32")))
+
+        function = jax.jit(jax.grad(loss, argnums=(0, 2)) if backward else forward)
+
+        def step():
+            jax.block_until_ready(function(trainable, non_trainable, x))
+    elif backend == "torch":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        x = torch.as_tensor(x, device=device).requires_grad_(backward)
+
+        def step():
+            if backward:
+                torch.sum(torch.square(block(x).float())).backward()
+            else:
+                with torch.no_grad():
+                    block(x)
+            if device == "cuda":
+                torch.cuda.synchronize()
+    else:
+        import tensorflow as tf
+
+        x = tf.constant(x)
+
+        def gradients(inputs):
+            with tf.GradientTape() as tape:
+                tape.watch(inputs)
+                value = tf.reduce_sum(tf.square(tf.cast(block(inputs), "float32")))
+            return tape.gradient(value, [inputs, *block.trainable_variables])
+
+        function = tf.function(gradients if backward else block, jit_compile=case["xla"])
+
+        def step():
+            tf.nest.map_structure(lambda tensor: tensor.numpy(), function(x))
+    result = _time_calls(step, case["batch"], min_seconds, min_calls)
+    result["attention_paths"] = [block.attention.attention_path_taken]
+    result["tf32_active"] = tf32
+    result["backend_device"] = _backend_device(backend)
+    return result
+
+
+def attention_path_table(results) -> str:
+    """Markdown: one encoder block per attention path, and its images/s over the einsum path's on the same backend,
+    pass, batch and precision."""
+    rows = [r for r in results if r.get("attention_path")]
+    if not rows:
+        return ""
+
+    def key(r):
+        return r["backend"], r["pass"], r["batch"], r["precision"], r.get("xla")
+
+    einsum = {key(r): r for r in rows if r["attention_path"] == "einsum" and "images_per_s" in r}
+    lines = ["| backend | pass | batch | precision | attention path | images/s | ÷ einsum |",
+             "|---|---|---:|---|---|---:|---:|"]
+    for r in rows:
+        head = f"| {_setting(r)} | {r['pass']} | {r['batch']} | {r['precision']} | {r['attention_path']} "
+        if "skipped" in r:
+            lines.append(head + f"| skipped: {r['skipped'][:160]} | |")
+            continue
+        base = einsum.get(key(r))
+        ratio = f"{r['images_per_s'] / base['images_per_s']:.2f}" if base else "—"
+        lines.append(head + f"| {r['images_per_s']:.2f} | {ratio} |")
+    return "\n".join(lines)
 
 
 NAFLEX_PATCHES = 256
@@ -587,7 +810,9 @@ def _own_peak_kib() -> int:
 def worker(case: dict, min_seconds: float, min_calls: int) -> dict:
     """Run one case in this process and return its measurements (or why it was skipped)."""
     try:
-        if case["task"] == "attention":
+        if case["task"] == "attention" and case.get("attention_path"):
+            result = _run_attention_path(case, min_seconds, min_calls)
+        elif case["task"] == "attention":
             result = _run_attention(case, min_seconds, min_calls)
         elif case["task"] == "naflex":
             result = _run_naflex(case, min_seconds, min_calls)
@@ -610,50 +835,83 @@ def worker(case: dict, min_seconds: float, min_calls: int) -> dict:
 # --- the driver: every case in its own process, then the table ---------------------------------------------
 
 
+def _attention_cases(args):
+    """The TensorFlow attention variants of one block's attention layer, and one B/16 block per attention path of
+    each backend (`vit_keras.layers.attention_path`; cuDNN only where a GPU is seen), forward and forward+backward."""
+    cases = []
+    if "tensorflow" in args.backends:
+        variants = ("keras MultiHeadAttention", "fused QKV + ops.dot_product_attention", "explicit einsum softmax")
+        cases += [dict(task="attention", library=v, batch=b, precision=p, xla=x, architecture=args.architecture)
+                  for b in args.batch_sizes for p in args.precisions for x in args.xla for v in variants]
+    paths = {"tensorflow": ("einsum", "keras"), "jax": ("einsum", "keras", "cudnn") if getattr(args, "gpu", False)
+             else ("einsum", "keras"), "torch": ("einsum", "keras", "sdpa")}
+    for backend in args.backends:
+        settings = args.xla if backend == "tensorflow" else [backend == "jax"]  # JAX jitted, PyTorch eager
+        cases += [dict(task="attention", library=f"block, {path} attention", attention_path=path, backend=backend,
+                       batch=b, precision=p, xla=x, tf32=t, architecture=args.architecture, **{"pass": which})
+                  for which in ("forward", "forward+backward") for b in args.batch_sizes for p in args.precisions
+                  for t in _tf32_values(args, p) for x in settings for path in paths[backend]]
+    return cases
+
+
+def _tf32_values(args, precision):
+    """The TF32 settings a float32 case runs at: off and on where the run has a GPU (`--tf32`), else the default."""
+    return getattr(args, "tf32", [None]) if precision == "float32" else [None]
+
+
 def _cases(args):
     if args.suite == "attention":
-        variants = ("keras MultiHeadAttention", "fused QKV + ops.dot_product_attention", "explicit einsum softmax")
-        return [dict(task="attention", library=v, batch=b, precision=p, xla=x, architecture=args.architecture)
-                for b in args.batch_sizes for p in args.precisions for x in args.xla for v in variants]
+        return _attention_cases(args)
     if args.suite == "naflex":
         return [dict(task="naflex", library=batching, image_set=image_set, batch=b, precision="float32", xla=x,
                      architecture=args.architecture)
                 for image_set in NAFLEX_SETS for b in args.batch_sizes for x in args.xla
                 for batching in NAFLEX_BATCHING]
+    inputs = getattr(args, "inputs", ["device"])
+    forced_attention = [a for a in getattr(args, "attention", ["auto"]) if a != "auto"]
     cases = []
     for b in args.batch_sizes:
         for p in args.precisions:
             for lib in args.libraries:
                 if lib == "timm":  # timm's setting is torch.compile (eager and compiled by default)
                     cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=None, torch_compile=c,
-                                   architecture=args.architecture) for c in args.torch_compile]
-                elif lib == "onnxruntime":  # float32 inference only, its own graph optimiser
+                                   input=i, tf32=t, architecture=args.architecture)
+                              for i in inputs for t in _tf32_values(args, p) for c in args.torch_compile]
+                elif lib == "onnxruntime":  # float32 inference only, its own graph optimiser, NumPy in
                     if p == "float32" and args.suite == "inference":
                         cases.append(dict(task=args.suite, library=lib, batch=b, precision=p, xla=None,
-                                          architecture=args.architecture))
+                                          input="host", architecture=args.architecture))
                 else:
                     backends = args.backends if lib in MULTI_BACKEND else [name for name in args.backends
                                                                            if name == "tensorflow"]
                     keras_runtime = lib != "vit_keras" or "keras" in args.runtimes
                     for backend in backends if keras_runtime else []:
-                        # JAX is always jitted; TensorFlow and PyTorch at each XLA / torch.compile setting.
+                        # JAX is always jitted; TensorFlow and PyTorch at each XLA / torch.compile setting. On
+                        # TensorFlow the input is a tensor on the device; from host is the predict row below.
                         settings = [True] if backend == "jax" else args.xla
+                        placements = ["device"] if backend == "tensorflow" else inputs
+                        attention = ["auto", *forced_attention] if lib == "vit_keras" else ["auto"]
                         cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=x, backend=backend,
-                                       architecture=args.architecture) for x in settings]
+                                       input=i, tf32=t, architecture=args.architecture,
+                                       **({} if a == "auto" else {"attention": a}))
+                                  for i in placements for t in _tf32_values(args, p) for x in settings
+                                  for a in attention]
                         if lib == "vit_keras" and backend == "tensorflow":  # what head_tokens_only gains
                             cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=x,
-                                           backend=backend, head_tokens_only=False, architecture=args.architecture)
+                                           backend=backend, input="device", head_tokens_only=False,
+                                           architecture=args.architecture)
                                       for x in settings]
                     tf_inference = lib == "vit_keras" and "tensorflow" in backends and args.suite == "inference"
-                    if keras_runtime and tf_inference and True in args.xla:
+                    if keras_runtime and tf_inference and True in args.xla and "host" in inputs:
                         cases.append(dict(task=args.suite, library=lib, batch=b, precision=p, xla=True,
-                                          backend="tensorflow", call="predict", architecture=args.architecture))
+                                          backend="tensorflow", call="predict", input="host",
+                                          architecture=args.architecture))
                     exported = tf_inference and p == "float32"
                     # int8 weights are reported apart: no float32 peer is quantized. Exported after the Keras
                     # cases, so that no Keras case follows a conversion of several GiB (tf2onnx: 13 GiB for B/16).
                     cases += [dict(task=args.suite, library=lib, batch=b, xla=None, backend="tensorflow",
                                    precision="int8" if runtime == "tflite_int8" else p, runtime=runtime,
-                                   architecture=args.architecture)
+                                   input="host", architecture=args.architecture)
                               for runtime in args.runtimes if runtime != "keras" and exported]
     for lib in [name for name in DINOV3_LIBRARIES if name in args.libraries] if getattr(args, "dinov3", False) else []:
         # Each library at the settings it has for the plain ViT (Keras in Keras only), so each best is comparable.
@@ -661,23 +919,51 @@ def _cases(args):
             for p in args.precisions:
                 if lib == "timm":
                     cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=None, torch_compile=c,
-                                   architecture=args.architecture, model="dinov3") for c in args.torch_compile]
+                                   input="device", tf32=t, architecture=args.architecture, model="dinov3")
+                              for t in _tf32_values(args, p) for c in args.torch_compile]
                     continue
                 for backend in args.backends if "keras" in args.runtimes else []:
                     cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=x, backend=backend,
-                                   architecture=args.architecture, model="dinov3")
-                              for x in ([True] if backend == "jax" else args.xla)]
+                                   input="device", tf32=t, architecture=args.architecture, model="dinov3")
+                              for t in _tf32_values(args, p) for x in ([True] if backend == "jax" else args.xla)]
     return cases
 
 
 def _peak_cases(args):
-    """The matmul peak, in every precision the run measures that has one, with and without XLA."""
-    return [dict(task="matmul", library=MATMUL, batch=args.matmul_size, precision=p, xla=x, architecture="")
-            for p in PEAK_PRECISIONS if p in args.precisions for x in (True, False)]
+    """The matmul peak, in every precision the run measures that has one: `tf.matmul` with and without XLA, or where
+    TensorFlow is absent the matmul of JAX (jitted) or PyTorch."""
+    backend = getattr(args, "peak_backend", "tensorflow")
+    if backend == "tensorflow":
+        return [dict(task="matmul", library=MATMUL, batch=args.matmul_size, precision=p, xla=x, architecture="")
+                for p in PEAK_PRECISIONS if p in args.precisions for x in (True, False)]
+    return [dict(task="matmul", library=PEAK_LIBRARIES[backend], batch=args.matmul_size, precision=p,
+                 xla=backend == "jax", backend=backend, architecture="")
+            for p in PEAK_PRECISIONS if p in args.precisions]
+
+
+def _needs_tensorflow(case) -> bool:
+    """Keras cases without a backend of their own run on TensorFlow, and so do the exports, NaFlex's tf.data input
+    and the tf.matmul peak; timm and ONNX Runtime do not."""
+    return case["library"] not in ("timm", "onnxruntime") and (case.get("backend") or "tensorflow") == "tensorflow"
+
+
+def tensorflow_available() -> bool:
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _run_case(case, args):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND=case.get("backend") or "tensorflow")
+    if _needs_tensorflow(case) and not tensorflow_available():
+        return {**case, "skipped": "TensorFlow is not installed here (its Keras cases run on --backends jax,torch)"}
+    backend = case.get("backend") or ("tensorflow" if _needs_tensorflow(case) else os.environ.get("KERAS_BACKEND")
+                                      or "tensorflow")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND=backend)
+    env.pop("VIT_KERAS_ATTENTION", None)
+    if case.get("attention"):  # vit_keras forced onto one attention path (vit_keras.layers.attention_path)
+        env["VIT_KERAS_ATTENTION"] = case["attention"]
     command = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(case),
                "--min-seconds", str(args.min_seconds), "--min-calls", str(args.min_calls)]
     if case["library"] == "vit-keras-0.2.0":
@@ -698,9 +984,22 @@ def _run_case(case, args):
 
 
 def _setting(r) -> str:
-    """How a row ran, e.g. "XLA", "no XLA", "predict, XLA", "JAX", "PyTorch, torch.compile", "XLA, all tokens"."""
+    """How a row ran, e.g. "XLA", "no XLA", "predict, XLA", "JAX", "PyTorch, torch.compile", "XLA, all tokens",
+    "JAX, from host", "torch.compile, TF32", "JAX, keras attention" (vit_keras forced onto an attention path).
+
+    Example:
+        >>> _setting(dict(library="timm", torch_compile=True, input="host", tf32=False))
+        'torch.compile, from host, no TF32'
+    """
     if r.get("head_tokens_only") is False:
         return _setting({**r, "head_tokens_only": True}) + ", all tokens"
+    if r.get("tf32") is not None:
+        return _setting({**r, "tf32": None}) + (", TF32" if r["tf32"] else ", no TF32")
+    if r.get("input") == "host" and r.get("call") != "predict" and r["library"] != "onnxruntime" \
+            and r.get("runtime", "keras") == "keras":
+        return _setting({**r, "input": "device"}) + ", from host"
+    if r.get("attention"):
+        return _setting({**r, "attention": None}) + f", {r['attention']} attention"
     if r["library"] == "timm":
         return "torch.compile" if r.get("torch_compile") else "eager"
     if r["library"] == "onnxruntime":
@@ -726,13 +1025,35 @@ def _task(r) -> str:
 
 
 def _like(r):
-    """What a Keras peer's row is compared with: vit_keras on the same backend, setting and call."""
+    """What a Keras peer's row is compared with: vit_keras on the same backend, setting, call, input and TF32."""
     return (*_group(r), r.get("backend") or "tensorflow", r["xla"], r.get("call"), r.get("runtime"),
-            r.get("head_tokens_only", True))
+            r.get("head_tokens_only", True), r.get("input", "device"), r.get("tf32"), r.get("attention"))
 
 
 def _group(r):
     return r["task"], r["batch"], r["precision"], r.get("model", "vit")
+
+
+def _from_host(r) -> bool:
+    return r.get("input", "device") == "host"
+
+
+def best_from_host(results) -> dict:
+    """{(task, batch, precision, model): {library: the fastest row fed from host memory (NumPy in)}}."""
+    best = {}
+    for r in results:
+        if "images_per_s" in r and _from_host(r):
+            libraries = best.setdefault(_group(r), {})
+            if r["library"] not in libraries or r["images_per_s"] > libraries[r["library"]]["images_per_s"]:
+                libraries[r["library"]] = r
+    return best
+
+
+def _row_gflop(r) -> float:
+    """GFLOP per image of what the row's model computed (vit_keras: its last block's class token only, unless the
+    row says otherwise)."""
+    head_tokens_only = r.get("head_tokens_only", True) if r["library"] == "vit_keras" else False
+    return image_gflop(ARCHITECTURES[r["architecture"]], r["task"], head_tokens_only, r.get("model", "vit"))
 
 
 def best_by_library(results) -> dict:
@@ -745,9 +1066,10 @@ def best_by_library(results) -> dict:
         3.0
     """
     best = {}
+    on_device = {(_group(r), r["library"]) for r in results if "images_per_s" in r and not _from_host(r)}
     for r in results:
-        if "images_per_s" not in r:
-            continue
+        if "images_per_s" not in r or (_from_host(r) and (_group(r), r["library"]) in on_device):
+            continue  # a library's best is its input on the device, where it has such a row
         libraries = best.setdefault(_group(r), {})
         if r["library"] not in libraries or r["images_per_s"] > libraries[r["library"]]["images_per_s"]:
             libraries[r["library"]] = r
@@ -774,22 +1096,24 @@ def table(results) -> str:
                  if r["library"] in ("vit_keras", "keras MultiHeadAttention") and "images_per_s" in r}
     best = best_by_library(results)
     rows = ["| task | library | batch | precision | setting | images/s | ms/batch | first call s "
-            "| peak RSS MiB | vit_keras ÷ this |",
-            "|---|---|---:|---|---|---:|---:|---:|---:|---:|"]
+            "| peak RSS MiB | vit_keras ÷ this | TF32 | attention |",
+            "|---|---|---:|---|---|---:|---:|---:|---:|---:|---|---|"]
     for r in results:
         if r["task"] == "matmul":
             continue
         head = f"| {_task(r)} | {r['library']} | {r['batch']} | {r['precision']} | {_setting(r)} "
         if "skipped" in r:
-            rows.append(head + f"| skipped: {r['skipped'][:120]} | | | | |")
+            rows.append(head + f"| skipped: {r['skipped'][:120]} | | | | | | |")
             continue
         if r["library"] in ("timm", "onnxruntime"):
             ours = best.get(_group(r), {}).get("vit_keras")
         else:
             ours = reference.get(_like(r))
         ratio = f"{ours['images_per_s'] / r['images_per_s']:.2f}" if ours else "—"
+        tf32 = {True: "on", False: "off"}.get(r.get("tf32_active"), "—")
+        attention = ", ".join(r.get("attention_paths") or []) or "—"
         rows.append(head + f"| {r['images_per_s']:.2f} | {r['ms_per_batch']:.1f} | {r['first_call_s']:.1f} "
-                    f"| {r['peak_rss_mib']:.0f} | {ratio} |")
+                    f"| {r['peak_rss_mib']:.0f} | {ratio} | {tf32} | {attention} |")
     return "\n".join(rows)
 
 
@@ -819,8 +1143,8 @@ def summarize(results) -> list:
                 row["peers"][library] = {"images_per_s": peer["images_per_s"], "setting": _setting(peer)}
                 row["ratios"][library] = round(ours["images_per_s"] / peer["images_per_s"], 2)
         mine = [r for r in results if r["library"] == "vit_keras" and _group(r) == group and "images_per_s" in r]
-        for r in mine:  # vit_keras' best on each backend (in Keras itself, not exported)
-            if r.get("runtime", "keras") != "keras":
+        for r in mine:  # vit_keras' best on each backend (in Keras itself, not exported, its input on the device)
+            if r.get("runtime", "keras") != "keras" or _from_host(r):
                 continue
             backend = r.get("backend") or "tensorflow"
             best = row.setdefault("vit_keras_by_backend", {}).get(backend)
@@ -835,14 +1159,26 @@ def summarize(results) -> list:
         all_tokens = [r for r in mine if r.get("head_tokens_only") is False and r["xla"]]
         if all_tokens and function:  # the same model and setting, every token of the last block computed
             row["head_tokens_only_gain"] = round(function[0]["images_per_s"] / all_tokens[0]["images_per_s"], 3)
+        if ours.get("attention_paths"):
+            row["vit_keras_attention"] = ours["attention_paths"]
+        hosted = best_from_host(results).get(group, {})
+        if hosted:  # each library fed NumPy batches, as `predict` users feed it
+            row["from_host"] = {library: {"images_per_s": r["images_per_s"], "setting": _setting(r)}
+                                for library, r in hosted.items()}
+            if "vit_keras" in hosted:
+                row["from_host_ratios"] = {library: round(hosted["vit_keras"]["images_per_s"] / r["images_per_s"], 2)
+                                           for library, r in hosted.items() if library != "vit_keras"}
         peak = peaks.get(precision)
         if peak and task in ("inference", "training"):
-            achieved = ours["images_per_s"] * image_gflop(ARCHITECTURES[ours["architecture"]], task,
-                                                          ours.get("head_tokens_only", True), model)
+            achieved = ours["images_per_s"] * _row_gflop(ours)
             row["gflop_per_s"] = achieved
             row["fraction_of_matmul_peak"] = achieved / peak["gflop_per_s"]
             row["matmul_peak"] = {"gflop_per_s": peak["gflop_per_s"], "setting": _setting(peak),
-                                  "n": peak["batch"]}
+                                  "n": peak["batch"], "library": peak["library"]}
+            # Model FLOPs utilisation: each library's FLOPs per image (what its model computes) x images/s over
+            # the matmul peak measured in the same run.
+            row["mfu"] = {library: r["images_per_s"] * _row_gflop(r) / peak["gflop_per_s"]
+                          for library, r in libraries.items()}
         rows.append(row)
     _dinov3_cost(rows, best_by_library(results))
     return rows
@@ -880,8 +1216,50 @@ def summary_table(summary, peaks) -> str:
         lines.append("")
     for precision, peak in peaks.items():
         lines.append(f"matmul peak, {precision}: {peak['gflop_per_s']:.0f} GFLOP/s "
-                     f"(tf.matmul n={peak['batch']}, {_setting(peak)})")
+                     f"({peak['library']} n={peak['batch']}, {_setting(peak)})")
     return "\n".join(lines)
+
+
+def host_table(summary) -> str:
+    """Markdown: each library fed from host memory (a NumPy batch per call), at its best, as ratios."""
+    rows = [row for row in summary if row.get("from_host")]
+    if not rows:
+        return ""
+    libraries = sorted({library for row in rows for library in row["from_host"]},
+                       key=lambda name: LIBRARIES.index(name) if name in LIBRARIES else len(LIBRARIES))
+    lines = ["| task | batch | precision | " + " | ".join(f"{name} from host" for name in libraries) + " |",
+             "|---|---:|---|" + "---:|" * len(libraries)]
+    for row in rows:
+        cells = []
+        for library in libraries:
+            peer = row["from_host"].get(library)
+            ratio = row.get("from_host_ratios", {}).get(library)
+            cells.append("—" if peer is None else f"{peer['images_per_s']:.2f} ({peer['setting']})"
+                         + (f" — {ratio:.2f}" if ratio else ""))
+        lines.append(f"| {_task(row)} | {row['batch']} | {row['precision']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def mfu_lines(summary) -> list:
+    """One line per training row: each library's model FLOPs utilisation against the run's matmul peak."""
+    lines = []
+    for row in summary:
+        if row["task"] == "training" and row.get("mfu"):
+            shares = ", ".join(f"{library} {100 * share:.1f}%" for library, share in row["mfu"].items())
+            peak = row["matmul_peak"]
+            lines.append(f"MFU at training batch {row['batch']} ({row['precision']}): {shares} of the matmul peak "
+                         f"{peak['gflop_per_s']:.0f} GFLOP/s ({peak['library']} n={peak['n']})")
+    return lines
+
+
+def flop_line(architecture, suite) -> str:
+    """The FLOPs per image that the MFU and the share of the matmul peak count, stated once per run."""
+    arch = ARCHITECTURES[architecture]
+    forward, head = forward_gflop(arch), forward_gflop(arch, True)
+    line = f"# GFLOP per image (ViT-{architecture}): forward {forward:.2f}; vit_keras' head_tokens_only {head:.2f}"
+    if suite == "training":
+        line += f"; a training step is 3x the forward: {3 * forward:.2f} and {3 * head:.2f}"
+    return line
 
 
 def backend_table(summary) -> str:
@@ -903,7 +1281,8 @@ def backend_table(summary) -> str:
 
 
 def gpu_names() -> list:
-    """The names of the GPUs TensorFlow sees, or, where it sees none (a CPU-only TensorFlow), those PyTorch sees."""
+    """The names of the GPUs TensorFlow sees, or, where it sees none (a CPU-only TensorFlow, or none at all), those
+    PyTorch sees, or JAX."""
     names = []
     try:
         import tensorflow as tf
@@ -917,9 +1296,15 @@ def gpu_names() -> list:
     try:
         import torch
     except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    try:  # a JAX-only install
+        import jax
+
+        return [device.device_kind for device in jax.devices("gpu")]
+    except (ImportError, RuntimeError):  # no JAX, or no GPU backend
         return []
-    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() \
-        else []
 
 
 def machine_description() -> dict:
@@ -928,8 +1313,11 @@ def machine_description() -> dict:
     from vit_keras import hardware
 
     detected = hardware.Machine(hardware.cpu_info(), hardware.gpu_capabilities())
+    import keras
+
     described = {"platform": platform.platform(), "machine": platform.machine(), "cpu_count": os.cpu_count(),
-                 "python": platform.python_version(), **hardware.summary(detected), "gpus": gpu_names()}
+                 "python": platform.python_version(), **hardware.summary(detected), "gpus": gpu_names(),
+                 "keras_backend": keras.backend.backend(), "load_average": list(os.getloadavg())}
     try:
         from importlib.metadata import PackageNotFoundError, version
     except ImportError:  # pragma: no cover
@@ -1028,6 +1416,14 @@ def main(argv=None) -> int:
                         help="XLA for the Keras libraries (default: both, and the faster one is their best)")
     parser.add_argument("--torch-compile", choices=("on", "off", "both"), default="both",
                         help="torch.compile the timm model (default: both, and the faster one is timm's best)")
+    parser.add_argument("--inputs", default="device,host",
+                        help="where each library's input batch lives: device (a tensor already on the device, a "
+                        "compiled function of it) and host (NumPy in, as predict users do); comma-separated")
+    parser.add_argument("--tf32", choices=("on", "off", "both"), default="both",
+                        help="on a GPU, float32 matmuls in TF32 or full float32 for every library (default: both)")
+    parser.add_argument("--attention", default="auto",
+                        help="vit_keras' attention paths: auto (its own choice) and any of einsum, keras, sdpa, "
+                        "cudnn forced through VIT_KERAS_ATTENTION, each a row of its own (comma-separated)")
     parser.add_argument("--matmul-size", type=int, default=None,
                         help="n of the n x n tf.matmul that measures the peak (default 2048; --quick 256; 0: skip)")
     parser.add_argument("--quick", action="store_true", help="a tiny model and short timings")
@@ -1070,10 +1466,24 @@ def main(argv=None) -> int:
     args.torch_compile = _yes_no(args.torch_compile)
     if args.matmul_size is None:
         args.matmul_size = 256 if args.quick else 2048
+    args.inputs = [name.strip() for name in args.inputs.split(",") if name.strip()]
+    if not args.inputs or set(args.inputs) - {"device", "host"}:
+        parser.error(f"--inputs must come from device, host, got {args.inputs}")
+    args.attention = [name.strip() for name in args.attention.split(",") if name.strip()]
+    if not args.attention or set(args.attention) - {"auto", "einsum", "keras", "sdpa", "cudnn"}:
+        parser.error(f"--attention must come from auto, einsum, keras, sdpa, cudnn, got {args.attention}")
 
     machine = machine_description()
+    args.gpu = bool(machine["gpus"])
+    args.tf32 = _yes_no(args.tf32) if args.gpu else [None]  # TF32 is a GPU setting; a CPU has none
+    args.peak_backend = "tensorflow" if tensorflow_available() else next(
+        (name for name in ("jax", "torch") if importlib.util.find_spec(name)), "tensorflow")
     print(f"# {args.suite}: ViT-{args.architecture}; {machine_line(machine)}", flush=True)
     print(f"# machine class: {machine_class(machine)}", flush=True)
+    if args.suite in ("inference", "training"):
+        print(flop_line(args.architecture, args.suite), flush=True)
+    for precision, reason in machine.get("attention", {}).items():
+        print(f"# vit_keras attention on {machine.get('keras_backend')}, {precision}: {reason}", flush=True)
     if args.json is None:  # `--json ""` writes none
         args.json = default_json_path(machine, args.suite, args.precisions, args.dinov3, args.quick)
     if args.json:
@@ -1108,10 +1518,11 @@ def main(argv=None) -> int:
     print(table(results))
     print()
     print(summary_table(summary, matmul_peaks(results)))
-    by_backend = backend_table(summary)
-    if by_backend:
-        print()
-        print(by_backend)
+    for extra in (backend_table(summary), host_table(summary), attention_path_table(results),
+                  "\n".join(mfu_lines(summary))):
+        if extra:
+            print()
+            print(extra)
     for row in summary:
         if "predict_vs_function" in row:
             print(f"model.predict at batch {row['batch']} ({row['precision']}): {row['predict_vs_function']:.3f} x "

@@ -19,6 +19,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from vit_keras import hardware  # noqa: E402
 from vit_keras.layers import TransformerBlock, attention_path  # noqa: E402
 from vit_keras.layers.rope import RotaryEmbedding2D  # noqa: E402
 
@@ -183,7 +184,8 @@ def main(argv=None):
         attention_path.device = lambda backend: ("gpu", (9, 0))
         attention_path.padded_attention = functools.partial(attention_path.padded_attention, implementation="xla")
         paths.append("cudnn")
-    report = {"backend": backend, "automatic": automatic(), "paths": paths}
+    report = {"backend": backend, "automatic": automatic(), "paths": paths,
+              "summary": hardware.summary()["attention"]}
     report["compared"] = compare([p for p in paths if p != "cudnn"])
     if backend == "jax":
         report["padding"] = padding_maths()

@@ -119,6 +119,7 @@ def test_pytorch_takes_sdpa_by_default_and_it_equals_the_einsum_path(tmp_path):
     assert report["automatic"] == {"unmasked": "sdpa", "masked": "sdpa", "with_scores": "einsum",
                                    "scores_shape": [2, 4, 197, 197]}
     assert {name.split()[1] for name in report["compared"]} == {"keras", "sdpa"}
+    assert all(reason.startswith("sdpa: ") for reason in report["summary"].values())  # hardware.summary() says so
     _check_within_bounds(report["compared"])
 
 
@@ -129,6 +130,7 @@ def test_jax_cudnn_paths_padding_and_masking_equal_the_unpadded_attention(tmp_pa
     assert report["automatic"] == {"unmasked": "cudnn", "masked": "keras", "with_scores": "einsum",
                                    "scores_shape": [2, 4, 197, 197]}
     assert any(name.split()[1] == "cudnn" for name in report["compared"])
+    assert report["summary"]["bfloat16"].startswith("cudnn: ") and report["summary"]["float32"].startswith("keras: ")
     _check_within_bounds(report["compared"])
     for name, result in report["padding"].items():  # float32, XLA's implementation with and without padding
         assert result["max_abs_diff"] <= FLOAT32_BOUND * result["scale"], (name, result)

@@ -57,20 +57,30 @@ def test_quick_inference_benchmark_measures_every_peer_and_the_matmul_peak(tmp_p
     assert report["machine"]["cpu_flags"] == hardware.summary(hardware.Machine(hardware.cpu_info()))["cpu_flags"]
     assert report["machine"]["cpu_model"] in printed.splitlines()[0]
     (summary,) = report["summary"]
-    # vit_keras' best is its compiled function or Keras' predict loop around it, whichever ran faster.
+    # Keras' predict loop on a NumPy batch is vit_keras' from-host row; its best is its compiled function of a
+    # tensor on the device.
     predict = [row for row in report["results"] if row.get("call") == "predict"]
-    assert len(predict) == 1 and predict[0]["images_per_s"] > 0
+    assert len(predict) == 1 and predict[0]["images_per_s"] > 0 and predict[0]["input"] == "host"
     function = by_library["vit_keras"]["images_per_s"]
     assert summary["predict_vs_function"] == round(predict[0]["images_per_s"] / function, 3)
     assert "model.predict at batch 2 (float32)" in printed
     # head_tokens_only against the same model computing every token of the last block, same setting.
     assert summary["head_tokens_only_gain"] == round(function / all_tokens["images_per_s"], 3)
     assert "head_tokens_only at inference batch 2 (float32, XLA)" in printed and "| XLA, all tokens |" in printed
-    best = max((by_library["vit_keras"], predict[0], all_tokens), key=lambda row: row["images_per_s"])
+    best = max((by_library["vit_keras"], all_tokens), key=lambda row: row["images_per_s"])
     ours = best["images_per_s"]
-    for peer in ("timm", "onnxruntime"):
-        ratio = ours / by_library[peer]["images_per_s"]
+    timm_on_device = max(row["images_per_s"] for row in report["results"]
+                         if row["library"] == "timm" and row["input"] == "device")
+    for peer, theirs in (("timm", timm_on_device), ("onnxruntime", by_library["onnxruntime"]["images_per_s"])):
+        ratio = ours / theirs
         assert summary["ratios"][peer] == round(ratio, 2) and f"— {ratio:.2f} |" in printed
+    # From host: vit_keras' predict loop against timm fed NumPy and ONNX Runtime (NumPy in, always).
+    timm_from_host = max(row["images_per_s"] for row in report["results"]
+                         if row["library"] == "timm" and row["input"] == "host")
+    assert summary["from_host"]["vit_keras"]["images_per_s"] == predict[0]["images_per_s"]
+    assert summary["from_host_ratios"]["timm"] == round(predict[0]["images_per_s"] / timm_from_host, 2)
+    assert "| vit_keras from host |" in printed and "(eager, from host)" in printed
+    assert "| TF32 | attention |" in printed and "| off | keras |" in printed  # a CPU: TF32 off
     script = _script()
     peak = max(row["gflop_per_s"] for row in report["results"] if row["library"] == "tf.matmul")  # XLA on / off
     gflop = script.forward_gflop(script.ARCHITECTURES["tiny"], best.get("head_tokens_only", True))
@@ -100,9 +110,16 @@ def test_quick_benchmark_runs_vit_keras_on_jax_and_pytorch_and_names_the_fastest
     report, printed = _run(tmp_path, "--libraries", "vit_keras", "--backends", "tensorflow,jax,torch",
                            "--batch-sizes", "2", "--precisions", "float32", "--xla", "off", "--matmul-size", "0",
                            "--runtimes", "keras")
-    rows = {(row.get("backend"), row["xla"]): row for row in report["results"] if row.get("head_tokens_only", True)}
+    rows = {(row.get("backend"), row["xla"]): row for row in report["results"]
+            if row.get("head_tokens_only", True) and row["input"] == "device"}
     # --xla off: TensorFlow and PyTorch eager; JAX is always jitted. No predict row without XLA.
     assert set(rows) == {("tensorflow", False), ("jax", True), ("torch", False)}, report["results"]
+    # JAX and PyTorch also from host (NumPy through predict_on_batch), the same network.
+    hosted = {row["backend"]: row for row in report["results"] if row["input"] == "host"}
+    assert set(hosted) == {"jax", "torch"} and {row["parameters"] for row in hosted.values()} \
+        == {rows[("jax", True)]["parameters"]}
+    # The attention path each backend's layers took: Keras' own on TensorFlow and JAX (CPU), SDPA on PyTorch.
+    assert [rows[key]["attention_paths"] for key in sorted(rows)] == [["keras"], ["keras"], ["sdpa"]]
     for row in rows.values():
         assert "skipped" not in row, row
         assert row["images_per_s"] > 0 and row["device"] == "CPU"
@@ -153,7 +170,7 @@ def test_every_peer_is_measured_at_each_of_its_settings():
     args = SimpleNamespace(suite="inference", batch_sizes=[1], precisions=["float32", "bfloat16"],
                            libraries=list(script.LIBRARIES), xla=[False, True], torch_compile=[False, True],
                            architecture="tiny", matmul_size=256, backends=list(script.BACKENDS),
-                           runtimes=list(script.RUNTIMES))
+                           runtimes=list(script.RUNTIMES), inputs=["device", "host"])
     cases = script._cases(args)
     settings = {(c["library"], c["precision"], script._setting(c)) for c in cases}
     for precision in ("float32", "bfloat16"):
@@ -176,6 +193,38 @@ def test_every_peer_is_measured_at_each_of_its_settings():
     assert [c["precision"] for c in cases if c["library"] == "onnxruntime"] == ["float32"]  # float32 only
     peaks = {(c["precision"], c["xla"]) for c in script._peak_cases(args)}
     assert peaks == {("float32", True), ("float32", False), ("bfloat16", True), ("bfloat16", False)}
+    # Every library also fed from host memory (NumPy in): timm at each setting, the Keras libraries on JAX and
+    # PyTorch; on TensorFlow, Keras' predict loop; ONNX Runtime only ever takes NumPy.
+    for precision in ("float32", "bfloat16"):
+        assert {("timm", precision, "eager, from host"), ("timm", precision, "torch.compile, from host")} <= settings
+        for library in ("vit_keras", "keras-hub"):
+            assert {(library, precision, "JAX, from host"), (library, precision, "PyTorch, eager, from host"),
+                    (library, precision, "PyTorch, torch.compile, from host")} <= settings
+    assert {c["input"] for c in cases if c["library"] == "onnxruntime" or c.get("call") == "predict"} == {"host"}
+    assert {c["input"] for c in cases if c.get("backend") == "tensorflow" and c.get("call") != "predict"
+            and c.get("runtime", "keras") == "keras"} == {"device"}
+
+
+def test_on_a_gpu_every_float32_row_runs_with_and_without_tf32_and_the_peak_falls_back_without_tensorflow():
+    script = _script()
+    args = SimpleNamespace(suite="training", batch_sizes=[64], precisions=["float32", "bfloat16"],
+                           libraries=["vit_keras", "keras-hub", "timm"], xla=[True], torch_compile=[True],
+                           architecture="tiny", matmul_size=8192, backends=["jax", "torch"], runtimes=["keras"],
+                           inputs=["device"], tf32=[False, True], attention=["auto", "keras"], peak_backend="jax")
+    cases = script._cases(args)
+    for library in ("vit_keras", "keras-hub", "timm"):
+        float32 = {c["tf32"] for c in cases if c["library"] == library and c["precision"] == "float32"}
+        bfloat16 = {c["tf32"] for c in cases if c["library"] == library and c["precision"] == "bfloat16"}
+        assert float32 == {False, True} and bfloat16 == {None}, library
+    settings = {(c["library"], c["precision"], script._setting(c)) for c in cases}
+    assert {("timm", "float32", "torch.compile, TF32"), ("timm", "float32", "torch.compile, no TF32"),
+            ("vit_keras", "bfloat16", "JAX"), ("vit_keras", "bfloat16", "JAX, keras attention"),
+            ("keras-hub", "float32", "PyTorch, torch.compile, no TF32")} <= settings
+    assert not any(c.get("attention") for c in cases if c["library"] != "vit_keras")  # vit_keras' own setting
+    # No TensorFlow: the peak is jax.numpy.matmul's, jitted, in each precision the run measures.
+    peaks = script._peak_cases(args)
+    assert {(c["library"], c["backend"], c["precision"], c["xla"]) for c in peaks} == {
+        ("jax.numpy.matmul", "jax", "float32", True), ("jax.numpy.matmul", "jax", "bfloat16", True)}
 
 
 def test_the_summary_takes_each_librarys_best_setting():
@@ -348,3 +397,93 @@ def test_the_default_json_is_dated_and_named_for_the_machine_and_the_run():
               script.default_json_path(epyc, "inference", ["float32"], day=datetime.date(2026, 11, 27)),
               script.default_json_path({**epyc, "gpus": ["NVIDIA H100"]}, "inference", ["float32"], day=day)}
     assert len(others) == 5 and path not in others
+
+
+def test_the_summary_compares_inputs_on_the_device_and_from_host_apart_and_gives_every_librarys_mfu():
+    script = _script()
+
+    def row(library, images_per_s, placement, **setting):
+        return dict(task="training", batch=64, precision="bfloat16", architecture="B/16", library=library,
+                    images_per_s=images_per_s, input=placement, **setting)
+
+    peak = dict(task="matmul", library="jax.numpy.matmul", batch=8192, precision="bfloat16", xla=True,
+                backend="jax", gflop_per_s=790_000.0)
+    results = [peak, row("vit_keras", 1855.0, "device", xla=True, backend="jax", attention_paths=["cudnn"]),
+               row("vit_keras", 1602.0, "host", xla=True, backend="jax"),
+               row("timm", 2879.0, "device", xla=None, torch_compile=True),
+               row("timm", 2500.0, "host", xla=None, torch_compile=True)]
+    (summary,) = script.summarize(results)
+    # The main comparison: each library's input on the device; from host: NumPy in, apart.
+    assert summary["vit_keras"] == 1855.0 and summary["ratios"] == {"timm": round(1855 / 2879, 2)}
+    assert summary["from_host"] == {"vit_keras": {"images_per_s": 1602.0, "setting": "JAX, from host"},
+                                    "timm": {"images_per_s": 2500.0, "setting": "torch.compile, from host"}}
+    assert summary["from_host_ratios"] == {"timm": round(1602 / 2500, 2)}
+    assert summary["vit_keras_attention"] == ["cudnn"]
+    assert summary["vit_keras_by_backend"] == {"jax": {"images_per_s": 1855.0, "setting": "JAX"}}
+    # MFU: FLOPs each model computes per image (timm every token of the last block: 3 x 35.1; vit_keras the class
+    # token alone there: 3 x 32.7) x images/s over the peak.
+    b16 = script.ARCHITECTURES["B/16"]
+    assert summary["mfu"]["timm"] == pytest.approx(2879 * 3 * script.forward_gflop(b16) / 790_000)
+    assert summary["mfu"]["vit_keras"] == pytest.approx(1855 * 3 * script.forward_gflop(b16, True) / 790_000)
+    (line,) = script.mfu_lines([summary])
+    assert "vit_keras 23.0%, timm 38.4%" in line and "790000 GFLOP/s (jax.numpy.matmul n=8192)" in line
+    assert "| timm from host |" in script.host_table([summary]) and "2500.00 (torch.compile, from host) — 0.64" \
+        in script.host_table([summary])
+    assert "a training step is 3x the forward: 105.38 and 98.09" in script.flop_line("B/16", "training")
+
+
+def test_the_attention_suite_runs_a_block_per_path_of_each_backend():
+    script = _script()
+    args = SimpleNamespace(suite="attention", batch_sizes=[64], precisions=["bfloat16"], xla=[True],
+                           architecture="tiny", backends=["jax", "torch"], gpu=True)
+    paths = {(c["backend"], c["attention_path"], c["pass"]) for c in script._cases(args)}
+    assert paths == {(backend, path, which) for which in ("forward", "forward+backward")
+                     for backend, path in (("jax", "einsum"), ("jax", "keras"), ("jax", "cudnn"), ("torch", "einsum"),
+                                           ("torch", "keras"), ("torch", "sdpa"))}
+    without_gpu = script._cases(SimpleNamespace(**{**vars(args), "gpu": False}))
+    assert not any(c["attention_path"] == "cudnn" for c in without_gpu)
+    rows = [dict(task="attention", library=f"block, {path} attention", attention_path=path, backend="jax",
+                 batch=64, precision="bfloat16", xla=True, images_per_s=v, **{"pass": "forward"})
+            for path, v in (("einsum", 100.0), ("cudnn", 260.0))]
+    printed = script.attention_path_table(rows)
+    assert "| JAX | forward | 64 | bfloat16 | cudnn | 260.00 | 2.60 |" in printed
+
+
+@pytest.mark.slow
+def test_the_gpu_script_runs_without_tensorflow(tmp_path):
+    """scripts/gpu_benchmark.sh --quick on this CPU with TensorFlow hidden (as on the GPU machine, which has none):
+    every part runs on JAX and PyTorch, the matmul peak falls back to JAX's, and each part writes its JSON."""
+    hidden = tmp_path / "hidden" / "tensorflow"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'tensorflow'\", name=\"tensorflow\")\n")
+    (tmp_path / "wheels").mkdir()
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "hidden"), GPU_WHEELS=str(tmp_path / "wheels"),
+               PYTHON=sys.executable)
+    env.pop("KERAS_BACKEND", None)
+    script = os.path.join(os.path.dirname(SCRIPT), "gpu_benchmark.sh")
+    done = subprocess.run([script, "--quick", "all", str(tmp_path / "out")], env=env, capture_output=True, text=True,
+                          timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert '"keras_backend": "jax"' in done.stdout and '"attention": {' in done.stdout  # the check part
+    reports = {path.name: json.loads(path.read_text()) for path in (tmp_path / "out").iterdir()}
+    assert sorted(reports) == ["gpu-attention-bfloat16-quick.json", "gpu-inference-bfloat16-quick.json",
+                               "gpu-inference-float32-quick.json", "gpu-training-bfloat16-quick.json"]
+    for name, report in reports.items():
+        assert report["machine"]["keras_backend"] == "jax" and "tensorflow" not in report["machine"]["versions"]
+        for row in report["results"]:
+            assert "skipped" not in row, (name, row)
+    training = reports["gpu-training-bfloat16-quick.json"]
+    assert {row["library"] for row in training["results"]} == {"jax.numpy.matmul", "vit_keras", "keras-hub", "timm"}
+    (summary,) = training["summary"]
+    assert set(summary["mfu"]) == {"vit_keras", "keras-hub", "timm"} and set(summary["from_host"]) == set(
+        summary["mfu"])
+    # vit_keras at its own attention path and forced onto Keras' own, each from the device and from host.
+    vit_keras = [(row["input"], row.get("attention")) for row in training["results"] if row["library"] == "vit_keras"]
+    assert sorted(vit_keras, key=str) == sorted([("device", None), ("device", "keras"), ("host", None),
+                                                 ("host", "keras")], key=str)
+    float32 = reports["gpu-inference-float32-quick.json"]
+    assert all(row["tf32_active"] is False for row in float32["results"] if row["task"] == "inference")  # a CPU
+    attention = reports["gpu-attention-bfloat16-quick.json"]
+    assert {(row["attention_path"], row["pass"]) for row in attention["results"]} == {
+        (path, which) for path in ("einsum", "keras") for which in ("forward", "forward+backward")}

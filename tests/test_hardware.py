@@ -175,7 +175,7 @@ def test_macos_and_unknown_systems(monkeypatch):
 def test_this_machine_is_detected_once_and_described():
     assert hardware.cpu_info() is hardware.cpu_info()
     assert set(hardware.summary()) == {"cpu_model", "cpu_flags", "cpu_native_bfloat16", "cpu_source",
-                                       "gpu_compute_capabilities"}
+                                       "gpu_compute_capabilities", "attention"}
 
 
 @pytest.mark.slow

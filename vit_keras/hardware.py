@@ -150,13 +150,34 @@ def gpu_capabilities() -> tuple:
     """
     try:
         import tensorflow as tf
-    except ImportError:
-        return ()
+    except ImportError:  # a machine without TensorFlow: ask the Keras backend's own framework
+        return _backend_gpu_capabilities()
     capabilities = []
     for gpu in tf.config.list_physical_devices("GPU"):
         capability = tf.config.experimental.get_device_details(gpu).get("compute_capability") or (0, 0)
         capabilities.append(tuple(int(part) for part in capability))
     return tuple(capabilities)
+
+
+def _backend_gpu_capabilities() -> tuple:
+    """The GPUs' compute capabilities as JAX or PyTorch (whichever Keras runs on) sees them; () on other backends."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "torch":
+        import torch
+
+        return tuple(tuple(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count()))
+    if backend == "jax":
+        import jax
+
+        try:
+            gpus = jax.devices("gpu")
+        except RuntimeError:  # no GPU backend
+            return ()
+        return tuple(tuple(int(part) for part in device.compute_capability.split("."))
+                     for device in gpus if getattr(device, "compute_capability", None))
+    return ()
 
 
 def on_tpu_vm() -> bool:
@@ -304,12 +325,31 @@ def choose_precision(kind: str, detected: Machine | None = None, environ=None) -
                                             "3.4x slower than float32 with XLA")
 
 
+def attention_paths(head_size: int = 64) -> dict:
+    """The attention path the attention layers take here (`vit_keras.layers.attention_path`) on the Keras backend
+    in use, for float32 and bfloat16 models (ViT-B/16's head size 64 by default), with the reason: a NaFlex batch
+    (with a token mask) may take another, and the layer reports the one it ran (`attention_path_taken`).
+
+    Example:
+        >>> sorted(attention_paths())
+        ['bfloat16', 'float32']
+    """
+    import keras
+
+    from vit_keras.layers import attention_path
+
+    backend = keras.backend.backend()
+    return {precision: attention_path.for_call(backend, precision, head_size).reason
+            for precision in ("float32", "bfloat16")}
+
+
 def summary(detected: Machine | None = None) -> dict:
-    """What to record next to a measurement or a run: CPU model, matmul-relevant flags, GPUs.
+    """What to record next to a measurement or a run: CPU model, matmul-relevant flags, GPUs, and the attention
+    path on the Keras backend in use.
 
     Example:
         >>> sorted(summary())
-        ['cpu_flags', 'cpu_model', 'cpu_native_bfloat16', 'cpu_source', 'gpu_compute_capabilities']
+        ['attention', 'cpu_flags', 'cpu_model', 'cpu_native_bfloat16', 'cpu_source', 'gpu_compute_capabilities']
     """
     detected = detected or machine()
     return {
@@ -318,4 +358,5 @@ def summary(detected: Machine | None = None) -> dict:
         "cpu_native_bfloat16": detected.cpu.native_bfloat16,
         "cpu_source": detected.cpu.source,
         "gpu_compute_capabilities": [f"{major}.{minor}" for major, minor in detected.gpus],
+        "attention": attention_paths(),
     }
