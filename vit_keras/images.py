@@ -22,44 +22,18 @@ import os
 import re
 import struct
 
+# The size limits live in vit_keras.limits (preprocessing reads them too); their names stay importable from here.
+from vit_keras.limits import (  # noqa: F401
+    DEFAULT_MAX_IMAGE_BYTES,
+    DEFAULT_MAX_PIXELS,
+    MAX_BYTES_ENV,
+    MAX_PIXELS_ENV,
+    max_image_bytes,
+    max_image_pixels,
+)
+
 ACCEPTED_FORMATS = ("JPEG", "PNG", "GIF", "BMP")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
-DEFAULT_MAX_PIXELS = 89_478_485  # PIL.Image.MAX_IMAGE_PIXELS: 1024 * 1024 * 1024 // 4 // 3
-MAX_PIXELS_ENV = "VIT_KERAS_MAX_IMAGE_PIXELS"
-# An image URL's body is read into memory: far above any photograph's file, far below what would exhaust memory.
-DEFAULT_MAX_IMAGE_BYTES = 256 * 1024 * 1024
-MAX_BYTES_ENV = "VIT_KERAS_MAX_IMAGE_BYTES"
-
-
-def max_image_pixels() -> int:
-    """The pixel limit: `$VIT_KERAS_MAX_IMAGE_PIXELS` when set, else `DEFAULT_MAX_PIXELS`.
-
-    Example:
-        >>> max_image_pixels()  # with the variable unset
-        89478485
-    """
-    text = os.environ.get(MAX_PIXELS_ENV, "").strip()
-    if not text:
-        return DEFAULT_MAX_PIXELS
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"${MAX_PIXELS_ENV}={text!r} must be a positive whole number of pixels, e.g. 200000000.")
-    return int(text)
-
-
-def max_image_bytes() -> int:
-    """The byte limit on an image read from a URL: `$VIT_KERAS_MAX_IMAGE_BYTES` when set, else
-    `DEFAULT_MAX_IMAGE_BYTES` (256 MiB).
-
-    Example:
-        >>> max_image_bytes()  # with the variable unset
-        268435456
-    """
-    text = os.environ.get(MAX_BYTES_ENV, "").strip()
-    if not text:
-        return DEFAULT_MAX_IMAGE_BYTES
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"${MAX_BYTES_ENV}={text!r} must be a positive whole number of bytes, e.g. 500000000.")
-    return int(text)
 
 
 def _jpeg_size(f) -> tuple[int, int] | None:

@@ -8,6 +8,8 @@ import numbers
 import keras
 import numpy as np
 
+from vit_keras.limits import MAX_PIXELS_ENV, max_image_pixels
+
 DATA_FORMATS = ("channels_last", "channels_first")
 
 
@@ -89,7 +91,7 @@ def check_max_num_patches(max_num_patches, patch_size=None, name: str = "`max_nu
     """`max_num_patches` as an int when it is a positive integer of at most `MAX_NUM_PATCHES`, else a `ValueError`
     naming `name` (the argument or command-line flag), the limit and the fix. With `patch_size`, an image of that
     many patches (N·P² pixels, the largest a NaFlex resize makes) must also stay within the image pixel limit
-    (`vit_keras.images.max_image_pixels()`).
+    (`vit_keras.limits.max_image_pixels()`).
 
     Example:
         >>> check_max_num_patches(256, patch_size=16)
@@ -109,8 +111,6 @@ def check_max_num_patches(max_num_patches, patch_size=None, name: str = "`max_nu
             f"{gib:,.0f} GiB per head. Use at most {MAX_NUM_PATCHES:,} patches per image (SigLIP 2 uses 256 to "
             "1,024), or a larger patch size for large images.")
     if patch_size is not None:
-        from vit_keras.images import MAX_PIXELS_ENV, max_image_pixels
-
         patch_size = _check_size_argument("patch_size", patch_size)
         pixels, limit = max_num_patches * patch_size ** 2, max_image_pixels()
         if pixels > limit:
