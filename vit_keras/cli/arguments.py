@@ -145,9 +145,13 @@ def add_data_arguments(group, examples: str) -> None:
         >>> p.parse_args(["--dataset", "cifar10"]).train_split
         'train'
     """
-    group.add_argument("--dataset", required=True, help=f"tfds name, e.g. {examples}")
+    group.add_argument("--dataset", required=True,
+                       help=f"tfds name (e.g. {examples}), or your own images: a folder of class subfolders "
+                       "(FOLDER/cat/001.jpg) or a .csv / .jsonl file of path,label (or path,labels: multi-label) rows")
     group.add_argument("--data-dir", default=None, help="tfds data directory (default: ~/tensorflow_datasets)")
-    group.add_argument("--train-split", default="train", help="tfds split string (default: train)")
+    group.add_argument("--train-split", default="train",
+                       help="tfds split string (default: train); of a folder or file: all of it, or a slice such as "
+                       "'train[:50%%]' of its images in a fixed shuffled order")
 
 
 def add_recipe_arguments(group, help_text: dict | None = None) -> None:

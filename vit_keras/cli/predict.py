@@ -1,5 +1,9 @@
 """`vit-keras predict IMAGE...`: classify image files and print the top classes.
 
+An ImageNet model prints ImageNet's class names. A model trained on your own images (`vit-keras train --dataset
+FOLDER`, then `--keras-model OUTPUT_DIR/checkpoints/best.keras`) prints the class names its checkpoint keeps, with
+probabilities: softmax, or for a multi-label model one sigmoid per class. Other heads print class indices.
+
 Images are decoded and classified `--batch-size` at a time and each batch's classes are printed as soon as it is
 done, so memory stays flat however many images are given (and, with glibc, however many cores run it: see
 `vit_keras.cli.memory`).
@@ -87,11 +91,25 @@ def batches(items, size: int):
         yield items[start:start + size]
 
 
+def _probabilities(model, scores, multi_label: bool):
+    """`scores` as probabilities: a head without an activation (as `vit-keras train` builds it) outputs logits."""
+    import numpy as np
+
+    activation = getattr(model.layers[-1], "activation", None)
+    if activation is not None and getattr(activation, "__name__", "linear") != "linear":
+        return scores
+    if multi_label:
+        return 1.0 / (1.0 + np.exp(-scores))
+    shifted = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
 def run(args) -> int:
     import numpy as np
 
     from vit_keras.images import check_image_file
     from vit_keras.models import decode_predictions
+    from vit_keras.training.local_data import read_labels
 
     for path in args.images:  # every file is checked (header only) before a model is built or weights downloaded
         check_image_file(path)
@@ -111,13 +129,21 @@ def run(args) -> int:
         print("warning: --random-weights: the model is untrained, its predictions are meaningless", file=sys.stderr)
     patch = naflex_patch_size(model, args.max_patches)
     top = min(args.top, int(model.output_shape[-1]))
+    labels = None if args.keras_model is None else read_labels(args.keras_model)
+    if labels is not None and len(labels["class_names"]) != int(model.output_shape[-1]):
+        raise ValueError(f"--keras-model {args.keras_model!r} keeps {len(labels['class_names'])} class names for a "
+                         f"head of {int(model.output_shape[-1])} outputs: the file was altered; save it again from "
+                         "training.")
     for paths in batches(args.images, args.batch_size):
         if patch is None:
             inputs = np.stack([load_image(path, model.input_shape[1:3]) for path in paths])
         else:
             inputs = naflex_inputs(paths, patch, args.max_patches)
         scores = np.asarray(model.predict_on_batch(inputs))
-        if scores.shape[-1] == 1000:
+        if labels is not None:
+            scores = _probabilities(model, scores, labels["multi_label"])
+            rows = [[("", labels["class_names"][i], float(s[i])) for i in np.argsort(-s)[:top]] for s in scores]
+        elif scores.shape[-1] == 1000:
             rows = decode_predictions(scores, top=top)
         else:
             rows = [[("", str(i), float(s[i])) for i in np.argsort(-s)[:top]] for s in scores]

@@ -1,4 +1,4 @@
-"""`vit-keras train`: fine-tune (or pre-train) a ViT on a tfds dataset with the paper's recipe.
+"""`vit-keras train`: fine-tune (or pre-train) a ViT on a tfds dataset or your own images with the paper's recipe.
 
 Examples:
   # Fine-tune ViT-B/16 weights on CIFAR-10 at 384 px, batch 512 reached with 8 accumulation steps:
@@ -8,6 +8,11 @@ Examples:
   # The bundled digits (no download), a tiny model, on this machine:
   vit-keras train --model Ti/16 --patch-size 2 --dataset vit_keras_digits --image-size 16 --batch-size 64 \\
       --steps 300 --warmup-steps 30 --learning-rate 0.1 --output-dir runs/digits
+
+  # Your own images: a folder of class subfolders (or a .csv / .jsonl file of path,label rows); 10%% of them,
+  # picked by a fixed shuffle, validate; the class names are kept in the checkpoints for `vit-keras predict`:
+  vit-keras train --model B/16 --weights vit-b16-i21k.weights.h5 --dataset photos/ --image-size 224 \\
+      --batch-size 64 --steps 500 --learning-rate 0.01 --output-dir runs/photos
 
   # Native aspect ratio (NaFlex): each image fit to at most 256 patches of 16x16, batches of similar lengths:
   vit-keras train --model B/16 --weights vit-b16-i21k.weights.h5 --dataset oxford_flowers102 --max-patches 256 \\
@@ -51,7 +56,7 @@ def register(subparsers) -> None:
         'finetune'
     """
     parser = subparsers.add_parser(
-        "train", help="fine-tune or pre-train a ViT on a tfds dataset", description=__doc__,
+        "train", help="fine-tune or pre-train a ViT on a tfds dataset or your own images", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_arguments(parser)
@@ -63,6 +68,9 @@ def register(subparsers) -> None:
     data.add_argument("--eval-split", default=None,
                       help="split evaluated after each epoch, which picks best.keras (default: the last 10%% of "
                       "--train-split, held out from training; the test split stays unseen); '' for none")
+    data.add_argument("--eval-data", default=None, metavar="PATH",
+                      help="validate on these images instead: a folder of class subfolders or a .csv / .jsonl file "
+                      "(all of it, or --eval-split of it), labelled with --dataset's class names")
     data.add_argument("--randaugment", action=_RandAugmentAction, nargs=2, metavar=("OPS", "FACTOR"), default=None,
                       help="enable RandAugment with OPS operations of strength FACTOR in [0, 1]")
     data.add_argument("--mixup", type=non_negative_number, default=None, metavar="ALPHA",
@@ -128,11 +136,14 @@ def run_train(args) -> int:
     import sys
 
     from vit_keras.cli.common import build_model
-    from vit_keras.training import data, train
+    from vit_keras.training import data, local_data, train
     from vit_keras.training.callbacks import NonFiniteLossError
 
     config = config_from_args(args)
-    split = data.load(args.dataset, args.train_split, data_dir=args.data_dir)
+    if local_data.is_local_source(args.dataset):  # the class count, without decoding the images twice
+        split = data.Split(None, len(local_data.read_examples(args.dataset)[1]), None, args.dataset)
+    else:
+        split = data.load(args.dataset, args.train_split, data_dir=args.data_dir)
     if args.classes is not None:
         classes = args.classes  # train() refuses a head with fewer classes than the dataset's labels
     elif split.num_classes:
@@ -161,7 +172,8 @@ def run_train(args) -> int:
     try:
         result = train(
             build, args.dataset, config, output_dir=args.output_dir, train_split=args.train_split,
-            validation_data=args.dataset if args.eval_split != "" else None, validation_split=args.eval_split,
+            validation_data=args.eval_data or (args.dataset if args.eval_split != "" else None),
+            validation_split=args.eval_split,
             data_dir=args.data_dir, tpu=args.tpu,
         )
     except NonFiniteLossError as error:

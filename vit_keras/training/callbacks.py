@@ -224,6 +224,10 @@ def save_checkpoint(model, path: str, score: dict | None = None) -> None:
         if score is not None:
             with zipfile.ZipFile(target, "a") as archive:
                 archive.writestr(SCORE_ENTRY, json.dumps(score))
+        labels = getattr(model, "vit_keras_labels", None)  # class names of a run on your own images (local_data)
+        if labels is not None:
+            with zipfile.ZipFile(target, "a") as archive:
+                archive.writestr("vit_keras_labels.json", labels)
 
     if _is_remote(path):
         import tempfile

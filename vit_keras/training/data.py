@@ -42,10 +42,12 @@ class Split:
         10
     """
 
-    dataset: object  # tf.data.Dataset of (image uint8/float (H, W, C), int label)
+    dataset: object  # tf.data.Dataset of (image uint8/float (H, W, C), int label or multi-hot float32 labels)
     num_classes: int | None
     num_examples: int | None
     name: str
+    class_names: tuple | None = None  # your own images (`local_data`): the names of the classes, in label order
+    multi_label: bool = False  # labels are multi-hot vectors of `num_classes` (sigmoid outputs, mAP)
 
 
 def _tf():
@@ -67,16 +69,19 @@ def _tfds_builder(name: str, data_dir: str | None):
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ValueError(
             f"Unknown tfds dataset {name!r}.{hint} Pass a name from `tfds.list_builders()` "
-            "(e.g. 'cifar10', 'oxford_flowers102', 'vit_keras_digits') or a tf.data.Dataset of (image, label)."
+            "(e.g. 'cifar10', 'oxford_flowers102', 'vit_keras_digits'), an existing folder of class subfolders, a "
+            ".csv / .jsonl file of path,label rows, or a tf.data.Dataset of (image, label)."
         ) from error
 
 
 def load(source, split: str = "train", *, data_dir: str | None = None, num_classes: int | None = None,
-         download: bool = True) -> Split:
-    """Load one split of a tfds dataset by name, or wrap a `tf.data.Dataset` of `(image, label)`.
+         download: bool = True, class_names=None) -> Split:
+    """Load one split of a tfds dataset by name, of your own images, or wrap a `tf.data.Dataset` of `(image, label)`.
 
     `split` takes tfds split strings ("train", "train[:90%]", "test+validation"). Unknown names or splits raise
-    a `ValueError` that lists what exists. For a `tf.data.Dataset`, pass `num_classes`.
+    a `ValueError` that lists what exists. For a `tf.data.Dataset`, pass `num_classes`. A directory of class
+    subfolders or a `.csv` / `.jsonl` file of `path,label` rows is read by `local_data.load` (with
+    `class_names`, the classes of a model already trained; slices such as "train[90%:]" cut a seeded shuffle).
 
     Example:
         >>> split = load("vit_keras_digits", "test")
@@ -95,8 +100,13 @@ def load(source, split: str = "train", *, data_dir: str | None = None, num_class
             raise ValueError("Pass a tf.data.Dataset of (image, label) pairs or of {'image', 'label'} dicts.")
         cardinality = int(dataset.cardinality())
         return Split(dataset, num_classes, cardinality if cardinality >= 0 else None, "tf.data.Dataset")
+    from vit_keras.training import local_data
+
+    if local_data.is_local_source(source):
+        return local_data.load(source, split, class_names=class_names)
     if not isinstance(source, str):
-        raise ValueError(f"`source` must be a tfds dataset name or a tf.data.Dataset, got {type(source).__name__}.")
+        raise ValueError(f"`source` must be a tfds dataset name, a folder of class subfolders, a .csv / .jsonl file "
+                         f"or a tf.data.Dataset, got {type(source).__name__}.")
 
     builder = _tfds_builder(source, data_dir)
     if download and not builder.info.splits:
@@ -178,6 +188,8 @@ def _to_rgb(image):
 
 def _checked_one_hot(label, num_classes: int):
     tf = _tf()
+    if label.shape.rank == 1:  # multi-hot labels of a multi-label dataset: already one row per example
+        return tf.ensure_shape(tf.cast(label, tf.float32), (num_classes,))
     label = tf.cast(label, tf.int32)
     # tf.one_hot would silently turn an out-of-range label into an all-zero row.
     tf.debugging.assert_less(label, num_classes, message=f"label out of range for {num_classes} classes")

@@ -21,6 +21,32 @@ def topk_accuracy(scores, labels, ks=(1, 5)) -> dict:
             for k in ks}
 
 
+def mean_average_precision(scores, labels) -> float:
+    """Exact mean average precision of multi-label `scores` (N, K) against multi-hot `labels` (N, K): for each
+    class with at least one positive, the mean of the precision at the rank of each positive (ties ranked
+    pessimistically: a positive tied with a negative counts below it), averaged over those classes.
+
+    Example:
+        >>> mean_average_precision(np.array([[0.9, 0.1], [0.8, 0.7], [0.2, 0.3]]),
+        ...                        np.array([[1, 0], [0, 1], [1, 1]]))  # class 0: (1 + 2/3) / 2, class 1: 1
+        0.9166666666666666
+    """
+    scores, labels = np.asarray(scores, np.float64), np.asarray(labels) > 0.5
+    precisions = []
+    for k in range(scores.shape[1]):
+        positives = labels[:, k]
+        if not positives.any():
+            continue
+        # Descending score; among equal scores negatives first, so ties never flatter the model.
+        order = np.lexsort((positives, -scores[:, k]))
+        hits = positives[order]
+        ranks = np.flatnonzero(hits) + 1
+        precisions.append(np.mean(np.arange(1, len(ranks) + 1) / ranks))
+    if not precisions:
+        raise ValueError("No class has a positive example in the labels: mean average precision is undefined.")
+    return float(np.mean(precisions))
+
+
 def inference_function(model):
     """`model`'s forward pass as a numpy-in, numpy-out function, compiled with XLA where that is faster here.
 
@@ -45,12 +71,13 @@ def inference_function(model):
     return lambda images: function(tf.nest.map_structure(tf.convert_to_tensor, images)).numpy()
 
 
-def predict_dataset(model, dataset):
+def predict_dataset(model, dataset, multi_hot: bool = False):
     """Run `model` over a batched `(images, labels)` dataset; returns (scores, integer labels) as numpy.
 
     One compiled function (see `inference_function`) keeps a steady pace on CPU where `model.predict`'s loop
     stalls on some batches. A short last batch is padded to the first batch's size, so it reuses the compiled
-    program instead of compiling another; the padding rows are dropped.
+    program instead of compiling another; the padding rows are dropped. `multi_hot=True` keeps multi-label
+    targets as (N, K) rows instead of class indices.
 
     Example:
         >>> from vit_keras.data import eval_pipeline
@@ -68,15 +95,20 @@ def predict_dataset(model, dataset):
         if count < full and not isinstance(images, dict):
             images = np.concatenate([images, np.zeros((full - count, *images.shape[1:]), images.dtype)])
         scores.append(np.asarray(forward(images), np.float32)[:count])
-        labels.append(batch_labels.argmax(-1) if batch_labels.ndim == 2 else batch_labels)
+        labels.append(batch_labels.argmax(-1) if batch_labels.ndim == 2 and not multi_hot else batch_labels)
     return np.concatenate(scores), np.concatenate(labels)
 
 
 def evaluate(model, source, split: str = "test", *, batch_size: int = 256, data_dir: str | None = None,
              max_patches: int | None = None) -> dict:
-    """Top-1 and top-5 accuracy of `model` on a tfds split (or a `tf.data.Dataset` of (image, label)),
-    with vit_jax's eval preprocessing (resize to the model's input size). A flexible (NaFlex) model needs
-    `max_patches`: each image is fit to that many patches at its own aspect ratio (`naflex_eval_pipeline`).
+    """Top-1 and top-5 accuracy of `model` on a tfds split (or a `tf.data.Dataset` of (image, label), or your own
+    images: a folder of class subfolders, a .csv / .jsonl file), with vit_jax's eval preprocessing (resize to the
+    model's input size). A flexible (NaFlex) model needs `max_patches`: each image is fit to that many patches at
+    its own aspect ratio (`naflex_eval_pipeline`).
+
+    A model trained on your own images knows its class names (`local_data.model_labels`; a checkpoint loaded with
+    `local_data.read_labels` + `attach_labels`): your images' labels are matched to them by name. A multi-label
+    model or file is scored by mean average precision instead (`{"mAP": ..., "examples": ...}`).
 
     Example:
         >>> evaluate(tiny_model, digits_test)  # an untrained model: about chance
@@ -91,16 +123,26 @@ def evaluate(model, source, split: str = "test", *, batch_size: int = 256, data_
         raise ValueError("A flexible (NaFlex) model is evaluated with max_patches (its patch budget per image), a "
                          f"model of fixed-size images without: the model is {'' if patch else 'not '}flexible, "
                          f"max_patches={max_patches!r}.")
-    loaded = source if isinstance(source, data.Split) else data.load(source, split, data_dir=data_dir)
+    from vit_keras.training.local_data import model_labels
+
+    labels_kept = model_labels(model) or {}
+    loaded = source if isinstance(source, data.Split) else data.load(source, split, data_dir=data_dir,
+                                                                     class_names=labels_kept.get("class_names"))
     classes = int(model.output_shape[-1])
     data.check_labels(loaded, classes)
+    multi_label = bool(labels_kept.get("multi_label") or loaded.multi_label)
+    if multi_label and not loaded.multi_label:
+        raise ValueError(f"The model is multi-label but {loaded.name} has one label per image: score it on a file "
+                         "with a `labels` column (several classes per image).")
     if patch is not None:
         pipeline = naflex_eval_pipeline(loaded.dataset, patch_size=patch, max_num_patches=max_patches,
                                         batch_size=batch_size, num_classes=classes, cache=False)
     else:
         pipeline = data.eval_pipeline(loaded.dataset, image_size=tuple(model.input_shape[1:3]),
                                       batch_size=batch_size, num_classes=classes, cache=False)
-    scores, labels = predict_dataset(model, pipeline)
+    scores, labels = predict_dataset(model, pipeline, multi_hot=multi_label)
+    if multi_label:
+        return {"mAP": mean_average_precision(scores, labels), "examples": int(len(labels))}
     return {**topk_accuracy(scores, labels, ks=(1, 5)), "examples": int(len(labels))}
 
 

@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from vit_keras.training import callbacks as cb
-from vit_keras.training import data
+from vit_keras.training import data, local_data
 from vit_keras.training.optim import make_optimizer
 from vit_keras.training.run import RunDirectories, run_directory, run_settings
 from vit_keras.training.strategy import (
@@ -118,10 +118,25 @@ def _outputs_probabilities(model) -> bool:
         getattr(last.activation, "__name__", "") != "linear"
 
 
-def _as_split(source, split, data_dir, num_classes):
+def _as_split(source, split, data_dir, num_classes, class_names=None):
     if isinstance(source, data.Split):
         return source
-    return data.load(source, split, data_dir=data_dir, num_classes=num_classes)
+    return data.load(source, split, data_dir=data_dir, num_classes=num_classes, class_names=class_names)
+
+
+def _loss_and_metrics(multi_label: bool, classes: int, from_logits: bool, label_smoothing: float):
+    """(loss, metrics, the metric that picks best.keras): softmax cross-entropy and accuracy, or for multi-label
+    data (several classes per image) sigmoid binary cross-entropy and mean average precision ("map": the mean over
+    classes of the area under each precision-recall curve)."""
+    import keras
+
+    if multi_label:
+        return (keras.losses.BinaryCrossentropy(from_logits=from_logits, label_smoothing=label_smoothing),
+                [keras.metrics.AUC(curve="PR", multi_label=True, num_labels=classes, from_logits=from_logits,
+                                   name="map")], "map")
+    return (keras.losses.CategoricalCrossentropy(from_logits=from_logits, label_smoothing=label_smoothing),
+            [keras.metrics.CategoricalAccuracy(name="accuracy"),
+             keras.metrics.TopKCategoricalAccuracy(k=min(5, classes), name="top5_accuracy")], "accuracy")
 
 
 def _segments(start: int, total: int, per_epoch: int):
@@ -172,6 +187,10 @@ def _resolve_splits(train_data, validation_data, train_split, validation_split, 
     """(train split, validation split): a held-out slice of the training split unless a split is named."""
     if validation_data is None or validation_split is not None or not isinstance(validation_data, str):
         return train_split, validation_split
+    from vit_keras.training.local_data import is_local_source
+
+    if is_local_source(validation_data) and validation_data != train_data:
+        return train_split, "all"  # a folder or file of its own: all of it validates
     if not isinstance(train_data, str) or train_data != validation_data:
         raise ValueError(
             f"validation_data={validation_data!r} without validation_split holds out part of the training split, "
@@ -350,7 +369,8 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
     with run_directory(output_dir, strategy):
         train_split_data = _as_split(train_data, train_split, data_dir, num_classes)
         validation = None if validation_data is None else _as_split(validation_data, validation_split, data_dir,
-                                                                     num_classes or train_split_data.num_classes)
+                                                                     num_classes or train_split_data.num_classes,
+                                                                     train_split_data.class_names)
 
         with run_settings(config, plan):
             with strategy.scope():
@@ -363,17 +383,15 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
                 data.check_labels(validation, classes)
 
             from_logits = not _outputs_probabilities(model)
+            loss, metrics, metric = _loss_and_metrics(train_split_data.multi_label, classes, from_logits,
+                                                      config.label_smoothing)
+            # Your own images: the class names go into every checkpoint (local_data.LABELS_ENTRY).
+            local_data.attach_labels(model, local_data.label_metadata(train_split_data))
             with strategy.scope():
-                model.compile(
-                    optimizer=make_optimizer(config),
-                    loss=keras.losses.CategoricalCrossentropy(from_logits=from_logits,
-                                                              label_smoothing=config.label_smoothing),
-                    metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
-                             keras.metrics.TopKCategoricalAccuracy(k=min(5, classes), name="top5_accuracy")],
-                    jit_compile=plan.jit_compile,
-                )
+                model.compile(optimizer=make_optimizer(config), loss=loss, metrics=metrics,
+                              jit_compile=plan.jit_compile)
             return _fit(model, strategy, plan, config, train_split_data, validation, classes, pipelines,
-                        output_dir, verbose, list(callbacks))
+                        output_dir, verbose, list(callbacks), metric)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -435,7 +453,7 @@ class _NaflexPipelines:
 
 
 def _fit(model, strategy, plan, config, train_split_data, validation, classes, pipelines, output_dir, verbose,
-         extra_callbacks):
+         extra_callbacks, metric="accuracy"):
     import keras
     import tensorflow as tf
 
@@ -445,7 +463,7 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, p
                                       batch_size=max(config.log_images, 1), cache=False)))
     prepare_keras_fit(model, strategy, tf.nest.map_structure(np.asarray, sample))
 
-    monitor = "val_accuracy" if validation is not None else "accuracy"
+    monitor = f"val_{metric}" if validation is not None else metric
     run = resume_run(model, config, dirs.checkpoint_dir, dirs.backup_dir, monitor, "max")
     micro_per_epoch, total_micro, start = run.micro_per_epoch, run.total_micro, run.start
     best_checkpoint, last_checkpoint, backup = run.best_checkpoint, run.last_checkpoint, run.backup
@@ -482,7 +500,8 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, p
         results = json.dumps({"updates": updates, "metrics": metrics, "config": config.to_dict(),
                               "policy": plan.policy, "jit_compile": plan.jit_compile, "notes": list(plan.notes),
                               "best_checkpoint": {"monitor": monitor, "value": best_checkpoint.best,
-                                                  "summary": best_summary}},
+                                                  "summary": best_summary},
+                              **({"labels": labels} if (labels := local_data.model_labels(model)) else {})},
                              indent=2, default=str)
         write_text(os.path.join(output_dir, "results.json"), results)
     backup.discard()
