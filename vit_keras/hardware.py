@@ -2,9 +2,13 @@
 
 The rule (measured with `scripts/benchmark.py`, ViT-B/16; docs/performance.md has the tables):
 
-- CPU with native bfloat16 instructions (`avx512_bf16` or AMX `amx_bf16`): `mixed_bfloat16` *without* XLA.
-  TensorFlow's oneDNN bfloat16 matmuls are 1.6x faster than float32 there, and XLA's CPU GEMM has no bfloat16
-  speed-up, so XLA would undo the gain.
+- CPU with native bfloat16 instructions (`avx512_bf16` or AMX `amx_bf16`), per Keras backend:
+  TensorFlow: `mixed_bfloat16` *without* XLA. TensorFlow's oneDNN bfloat16 matmuls (AMX `brg_matmul` kernels)
+  are 1.6x faster than float32 there, and XLA's CPU GEMM has no bfloat16 speed-up, so XLA would undo the gain
+  (AMX Xeon, ViT-B/16 batch 16, alternated: 2.1x the images/s of float32 with XLA).
+  PyTorch: `mixed_bfloat16` with `torch.compile` (`jit_compile=True`): its matmuls use oneDNN's bfloat16 kernels
+  compiled or not, and compiling fuses the rest.
+  JAX: `float32` (always compiled): XLA is its only runtime, and bfloat16 measured no faster than float32 there.
 - Any other CPU (AVX2, or AVX-512 without BF16, or flags that cannot be read): `float32` with XLA. bfloat16
   is emulated there: 3.4x slower than float32 + XLA at batch 1 (1.30 against 4.38 images/s) and 2.6x at 16.
 - GPU: `mixed_bfloat16` from compute capability 8.0 (Ampere) on, `mixed_float16` with loss scaling on 7.x
@@ -258,17 +262,20 @@ class PrecisionChoice:
     reason: str
 
 
-def xla_pays(kind: str, policy: str, detected: Machine | None = None) -> tuple[bool, str | None]:
+def xla_pays(kind: str, policy: str, detected: Machine | None = None,
+             backend: str | None = None) -> tuple[bool, str | None]:
     """Whether compiling with XLA is faster for `policy` on `kind`, and the reason when it is not.
 
-    Only one case loses: bfloat16 on a CPU with native bfloat16 instructions, where oneDNN's bfloat16 matmuls
-    (used without XLA) are 1.6x faster than XLA's CPU GEMM. Where bfloat16 is emulated, XLA is 2x faster.
+    Only one case loses: bfloat16 on a CPU with native bfloat16 instructions on TensorFlow, where oneDNN's bfloat16
+    matmuls (used without XLA) are 1.6x faster than XLA's CPU GEMM. Where bfloat16 is emulated, XLA is 2x faster.
+    `backend` (default: the Keras backend in use) decides what compiling means: on PyTorch it is `torch.compile`,
+    which keeps oneDNN's matmuls, and JAX always compiles with XLA.
 
     Example:
         >>> xla_pays("CPU", "float32", Machine(cpu=CpuInfo("", frozenset(), "unknown")))
         (True, None)
     """
-    if kind != "CPU" or policy != "mixed_bfloat16":
+    if kind != "CPU" or policy != "mixed_bfloat16" or _keras_backend(backend) in ("torch", "jax"):
         return True, None
     cpu = (detected or machine()).cpu
     if cpu.native_bfloat16:
@@ -277,11 +284,38 @@ def xla_pays(kind: str, policy: str, detected: Machine | None = None) -> tuple[b
     return True, None
 
 
-def choose_precision(kind: str, detected: Machine | None = None, environ=None) -> PrecisionChoice:
+def _keras_backend(backend: str | None) -> str:
+    if backend is not None:
+        return backend
+    import keras
+
+    return keras.backend.backend()
+
+
+def _native_bfloat16_cpu_choice(cpu: CpuInfo, backend: str, detected: Machine) -> PrecisionChoice:
+    """The precision for a CPU with avx512_bf16/AMX: what each Keras backend computes fastest there."""
+    if backend == "jax":
+        return PrecisionChoice("float32", True, f"float32 with XLA: on JAX every model runs through XLA, whose CPU "
+                                                f"matmuls do not use the bfloat16 instructions of {cpu.describe()} "
+                                                "(ViT-B/16 in bfloat16 measured no faster than in float32)")
+    if backend == "torch":
+        return PrecisionChoice("mixed_bfloat16", True,
+                               f"mixed_bfloat16 with torch.compile: {cpu.describe()} has native bfloat16 "
+                               "instructions, which PyTorch's oneDNN matmuls use compiled or not, and torch.compile "
+                               "fuses the rest")
+    _, why_not = xla_pays("CPU", "mixed_bfloat16", detected, backend)
+    return PrecisionChoice("mixed_bfloat16", False,
+                           f"mixed_bfloat16: {cpu.describe()} has native bfloat16 instructions "
+                           f"(1.6x faster than float32); {why_not}")
+
+
+def choose_precision(kind: str, detected: Machine | None = None, environ=None,
+                     backend: str | None = None) -> PrecisionChoice:
     """The fastest dtype policy and XLA setting for one `kind` of device ("CPU", "GPU" or "TPU") here.
 
     `VIT_KERAS_PRECISION` (in `environ`, default `os.environ`) takes precedence; see the module docstring for
-    the rule and the measurements behind it.
+    the rule and the measurements behind it. `backend` is the Keras backend the model runs on (default: the one in
+    use); it matters on CPUs with native bfloat16, where each backend's fastest setting differs.
 
     Example:
         >>> avx512_bf16 = Machine(cpu=parse_cpuinfo("flags : avx2 avx512f avx512_bf16"))
@@ -290,9 +324,10 @@ def choose_precision(kind: str, detected: Machine | None = None, environ=None) -
         ('mixed_bfloat16', False)
     """
     detected = detected or machine()
+    backend = _keras_backend(backend)
     override = precision_override(environ)
     if override is not None:
-        jit, why_not = xla_pays(kind, override, detected)
+        jit, why_not = xla_pays(kind, override, detected, backend)
         reason = f"{override} from {ENVIRONMENT_VARIABLE}" + (f"; {why_not}" if why_not else "")
         return PrecisionChoice(override, jit, reason)
     if kind == "TPU":
@@ -313,10 +348,7 @@ def choose_precision(kind: str, detected: Machine | None = None, environ=None) -
                                                 "precision is no faster")
     cpu = detected.cpu
     if cpu.native_bfloat16:
-        _, why_not = xla_pays("CPU", "mixed_bfloat16", detected)
-        return PrecisionChoice("mixed_bfloat16", False,
-                               f"mixed_bfloat16: {cpu.describe()} has native bfloat16 instructions "
-                               f"(1.6x faster than float32); {why_not}")
+        return _native_bfloat16_cpu_choice(cpu, backend, detected)
     if not cpu.known:
         return PrecisionChoice("float32", True, f"float32 with XLA: the instruction set of {cpu.describe()} could "
                                                 "not be read, and bfloat16 is only faster with avx512_bf16/AMX")
