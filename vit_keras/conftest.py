@@ -78,9 +78,14 @@ SLOW_EXAMPLES = {
     "vit_keras.training.evaluation.few_shot_probe",
     "vit_keras.training.evaluation.inference_function",
     "vit_keras.training.evaluation.predict_dataset",
+    "vit_keras.training.linear_probe",
+    "vit_keras.training.linear_probe.fit_linear_heads",
+    "vit_keras.training.linear_probe.probe_model",
     "vit_keras.training.loop.fit_segments",
     "vit_keras.training.loop.train",
     "vit_keras.training.masked_pretrain.masked_patch_pretrain",
+    "vit_keras.training.probe_features.compute_features",
+    "vit_keras.training.probe_features.split_features",
 }
 
 

@@ -28,6 +28,7 @@ from vit_keras.training.evaluation import (
     fit_least_squares_probe,
     topk_accuracy,
 )
+from vit_keras.training.linear_probe import linear_probe, probe_model
 from vit_keras.training.loop import VALIDATION_FRACTION, TrainResult, holdout_splits, train
 from vit_keras.training.masked_patch import MaskedPatchModel
 from vit_keras.training.masked_pretrain import MaskedPatchResult, masked_patch, masked_patch_pretrain
@@ -68,6 +69,7 @@ __all__ = [
     "fit_least_squares_probe",
     "holdout_splits",
     "is_chief",
+    "linear_probe",
     "make_optimizer",
     "make_schedule",
     "masked_patch",
@@ -75,6 +77,7 @@ __all__ = [
     "plan_execution",
     "plan_inference",
     "pretrain",
+    "probe_model",
     "resample_position_embeddings",
     "save_checkpoint",
     "select_strategy",
