@@ -73,7 +73,8 @@ PROCESS_DIRECTORY = isolate_process()
 
 
 def pytest_configure(config):
-    # pytest's own temporary directories (tmp_path) live in the run's directory too, not in /tmp/pytest-of-<user>;
-    # pytest-xdist hands each worker a folder of it.
+    # pytest's own temporary directories (tmp_path) live in this process' directory too, not in
+    # /tmp/pytest-of-<user>; pytest-xdist hands each worker a folder of it. Per process, not per run: pytest empties
+    # a --basetemp it is given, and a pytest that a test starts (tests/test_backends.py) would empty the run's.
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
-        config.option.basetemp = os.path.join(os.environ[RUN_DIRECTORY_ENV], "pytest")
+        config.option.basetemp = os.path.join(PROCESS_DIRECTORY, "pytest")

@@ -74,3 +74,18 @@ def test_a_run_from_an_empty_home_leaves_it_empty(tmp_path):
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     left = sorted(str(path.relative_to(home)) for path in home.rglob("*"))
     assert left == [], f"the run wrote into the home directory: {left[:20]}"
+
+
+@pytest.mark.slow
+def test_a_pytest_started_by_a_test_keeps_the_running_tests_files(tmp_path):
+    """tests/test_backends.py starts pytest in a subprocess with this run's environment: that pytest gets its own
+    temporary directories, so it cannot empty the ones the running tests (all workers') are using."""
+    mine = tmp_path / "still-here.txt"
+    mine.write_text("x")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "tests/test_hermetic.py::test_the_libraries_read_the_isolated_locations"],
+        cwd=REPOSITORY, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert mine.read_text() == "x"
