@@ -127,8 +127,8 @@ def choose(backend: str, platform: str, capability: tuple | None = None, dtype: 
     if override is not None:
         return AttentionPath(check(override, backend, ENVIRONMENT_VARIABLE), f"{override} from {ENVIRONMENT_VARIABLE}")
     if backend == "torch":
-        kernels = "flash / memory-efficient kernels" if platform in ("gpu", "cuda") else "fused CPU flash kernel"
-        return AttentionPath("sdpa", f"sdpa: PyTorch's scaled_dot_product_attention ({kernels})")
+        return AttentionPath("sdpa", "sdpa: PyTorch's scaled_dot_product_attention (its flash / memory-efficient "
+                                     "kernels on a GPU, its fused flash kernel on a CPU)")
     if backend == "jax":
         refusal = cudnn_refusal(platform, capability, dtype, head_size, masked)
         if refusal is None:
@@ -171,7 +171,9 @@ def for_call(backend: str, dtype: str, head_size: int | None = None, masked: boo
     """
     if asked is not None:
         return AttentionPath(check(asked, backend), f"{asked}: the layer's attention_path")
-    platform, capability = device(backend)
+    # Only JAX's choice depends on the device; PyTorch's is SDPA everywhere, and asking CUDA from inside a
+    # `torch.compile`d call is a cached function call Dynamo warns about.
+    platform, capability = device(backend) if backend == "jax" else ("any", None)
     return choose(backend, platform, capability, dtype, head_size, masked)
 
 
