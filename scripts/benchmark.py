@@ -13,7 +13,7 @@ matmul-relevant flags head the report and the JSON.
 
     python scripts/benchmark.py                            # inference: batch 1 and 16, fp32 and bf16
     python scripts/benchmark.py --suite training           # fine-tune step: fp32 and bf16, XLA on and off
-    python scripts/benchmark.py --suite attention          # the attention implementations, one encoder block
+    python scripts/benchmark.py --suite attention          # the attention implementations and paths, one block
     python scripts/benchmark.py --suite naflex             # NaFlex batches padded to N=256 vs bucketed by length
     python scripts/benchmark.py --backends jax,torch       # the Keras libraries on Keras' other backends
     python scripts/benchmark.py --quick                    # a tiny model: checks the script in seconds
@@ -40,6 +40,21 @@ padded to N=256 patches (`naflex_map(...).batch(...)`) and once bucketed by patc
 64 patches): images/s over the whole set and the share of the computed tokens that are padding. Two image sets:
 "fit to N" (each image resized to fill the 256-patch budget, as SigLIP 2 and `vit-keras train --max-patches` do)
 and "native size" (each image cut at its own size, from 64x64 to 256x256 px: 16 to 256 patches).
+
+Inputs (`--inputs`, default both): every library is measured with its input where its users keep it, on the
+device — timm's tensor, a `jax.Array` / `torch.Tensor` for the Keras libraries on JAX / PyTorch called through a
+compiled function (`jax.jit` of `stateless_call`; the model under `torch.compile`) or `train_on_batch`, a
+`tf.constant` on TensorFlow — and, in rows marked "from host", a NumPy batch copied over on every call (Keras'
+`predict_on_batch` / `train_on_batch`, TensorFlow's `model.predict`, timm fed a NumPy array, ONNX Runtime always).
+The comparison at each library's best uses the device rows; the from-host rows have a table of their own.
+
+GPU: float32 rows run with TF32 matmuls off and on for every library (`--tf32`; PyTorch's `allow_tf32`, JAX's
+default matmul precision, which is TF32 on Ampere and later); every row records whether TF32 was on. Training rows
+give each library's MFU, its FLOPs per image (stated once at the top: `image_gflop`) times images/s over the matmul
+peak measured in the same run. vit_keras' rows name the attention path their layers ran
+(`vit_keras.layers.attention_path`); `--attention auto,keras` also measures vit_keras forced onto Keras' own path.
+Without TensorFlow (a GPU machine with JAX and PyTorch only) its cases are reported as skipped, the matmul peak is
+JAX's or PyTorch's, and the GPUs are named by PyTorch or JAX; `scripts/gpu_benchmark.sh` runs the GPU set.
 
 Backends: vit_keras and keras-hub run on every Keras backend named by `--backends` (default: tensorflow, jax,
 torch), each at its settings: TensorFlow with XLA on and off (a `tf.function` for inference, plus `model.predict`
