@@ -314,25 +314,49 @@ def test_a_folder_trains_resumes_and_is_evaluated_by_class_name_through_the_pyth
     assert evaluate(model, test_root) == {"top1": 1.0, "top5": 1.0, "examples": 6}
 
 
+def _docs_section():
+    """The Python block and the shell commands of docs/fine-tuning.md's "Your own images"."""
+    import re
+    import shlex
+
+    text = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                             "fine-tuning.md")).read()
+    section = text[text.index("## Your own images"):]
+    section = section[:section.index("\n## ", 1)]
+    python = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    shell = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
+    return python, [shlex.split(line)[1:] for line in shell.splitlines() if line.startswith("vit-keras ")]
+
+
 @pytest.mark.slow
-def test_a_folder_trains_evaluates_and_predicts_with_class_names_through_the_cli(tmp_path, capsys):
-    root = _folder(tmp_path / "images")
-    output = str(tmp_path / "run")
-    assert main(["train", *_cli_model_flags(), "--dataset", root, "--batch-size", "8", "--steps", "20",
-                 "--steps-per-epoch", "10", "--learning-rate", "0.05", "--warmup-steps", "2",
-                 "--output-dir", output]) == 0
+def test_the_docs_your_own_images_section_runs_as_written(tmp_path, monkeypatch, capsys):
+    python, commands = _docs_section()
+    monkeypatch.chdir(tmp_path)
+    exec(compile(python, "docs/fine-tuning.md", "exec"), {})
+    accuracy, scores, labels = capsys.readouterr().out.splitlines()[-3:]  # after Keras' progress bars
+    assert float(accuracy) == 1.0  # red vs blue squares, told apart on the held-out 10%
+    assert scores == "{'top1': 1.0, 'top5': 1.0, 'examples': 2}"
+    assert labels == "{'class_names': ['blue', 'red'], 'multi_label': False}"
+
+    train, evaluate, predict = commands
+    assert main(train) == 0
     metrics = _printed_json(capsys.readouterr().out)
     assert metrics["updates"] == 20 and metrics["val_accuracy"] == 1.0
-    checkpoint = os.path.join(output, "checkpoints", "best.keras")
-    assert main(["evaluate", checkpoint, "--dataset", root, "--split", "train[90%:]"]) == 0
+    assert main(evaluate) == 0
     assert json.loads(capsys.readouterr().out) == {"top1": 1.0, "top5": 1.0, "examples": 2}
-
-    test_root = _folder(tmp_path / "test", per_class=2, seed=1)
-    images = [os.path.join(test_root, colour, "000.jpg") for colour in ("red", "blue")]
-    assert main(["predict", *images, "--keras-model", checkpoint, "--top", "2"]) == 0
+    assert main(predict) == 0
     tops = _predicted(capsys.readouterr().out)
-    assert {path: name for path, (name, _) in tops.items()} == dict(zip(images, ["red", "blue"]))
+    assert {path: name for path, (name, _) in tops.items()} == {"photos/red/0.jpg": "red", "photos/blue/0.jpg": "blue"}
     assert all(0.5 < probability <= 1.0 for _, probability in tops.values())  # softmax of the head's logits
+
+
+def test_validating_on_all_of_the_training_images_is_refused(tmp_path):
+    from vit_keras.training import train
+
+    root = _folder(tmp_path / "images", per_class=2)
+    with pytest.raises(ValueError, match=r"validation_split='test' of .* is all of its images, which also train"):
+        train(_build(2), root, _config(), output_dir=str(tmp_path / "run"), validation_data=root,
+              validation_split="test")
 
 
 @pytest.mark.slow

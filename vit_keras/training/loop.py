@@ -185,10 +185,17 @@ def holdout_splits(train_split: str, validation_fraction: float = VALIDATION_FRA
 
 def _resolve_splits(train_data, validation_data, train_split, validation_split, validation_fraction):
     """(train split, validation split): a held-out slice of the training split unless a split is named."""
-    if validation_data is None or validation_split is not None or not isinstance(validation_data, str):
-        return train_split, validation_split
     from vit_keras.training.local_data import is_local_source
 
+    if (is_local_source(validation_data) and validation_data == train_data and validation_split is not None
+            and "[" not in validation_split):
+        raise ValueError(
+            f"validation_split={validation_split!r} of {validation_data!r} is all of its images, which also train: "
+            "leave validation_split out (10% of the images are held out), slice both (train_split='train[:80%]', "
+            "validation_split='train[80%:]'), or validate on a folder or file of its own."
+        )
+    if validation_data is None or validation_split is not None or not isinstance(validation_data, str):
+        return train_split, validation_split
     if is_local_source(validation_data) and validation_data != train_data:
         return train_split, "all"  # a folder or file of its own: all of it validates
     if not isinstance(train_data, str) or train_data != validation_data:
