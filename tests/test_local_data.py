@@ -413,6 +413,9 @@ def test_a_multi_label_csv_trains_with_sigmoid_outputs_and_reports_mean_average_
                  "--output-dir", output]) == 0
     metrics = _printed_json(capsys.readouterr().out)
     assert {"map", "val_map", "loss"} <= set(metrics) and "accuracy" not in metrics
+    events = b"".join(open(os.path.join(folder, name), "rb").read()
+                      for folder, _, names in os.walk(os.path.join(output, "logs")) for name in names)
+    assert b"epoch_map" in events  # TensorBoard's curves of the metric, per epoch
     checkpoint = os.path.join(output, "checkpoints", "best.keras")
     assert local_data.read_labels(checkpoint) == {"class_names": ["blue", "cold", "green", "red", "warm"],
                                                   "multi_label": True}
