@@ -45,6 +45,7 @@ VALIDATION_FRACTION = 0.1
 # Features whose variance over the fitting examples is below this are constant there: left unscaled (variance 1)
 # rather than divided by ~0, which would blow up any test example that differs.
 CONSTANT_VARIANCE = 1e-12
+STEPS_PER_EXECUTION = 50
 
 
 def _check_arguments(l2_values, learning_rates, epochs, batch_size, validation_fraction) -> tuple[list, list]:
@@ -121,9 +122,12 @@ def fit_linear_heads(features, labels, num_classes: int, l2_values, *, learning_
                                       kernel_initializer="zeros", kernel_regularizer=per_head_l2,
                                       name="probe_heads")(standardised)
     model = keras.Model(inputs, logits, name="linear_probe_sweep")
-    steps = epochs * math.ceil(len(labels) / batch_size)
+    steps_per_epoch = math.ceil(len(labels) / batch_size)
+    steps = epochs * steps_per_epoch
+    # Several steps per call of the compiled function: a linear head's step is shorter than Keras' per-call work.
     model.compile(optimizer=keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(learning_rate, steps)),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  steps_per_execution=min(steps, STEPS_PER_EXECUTION))
     targets = np.repeat(labels[:, None], heads, axis=1)  # every head learns the same labels
     # All epochs as one pass of a repeated dataset: Keras' per-epoch set-up costs more than a small head's steps.
     dataset = (tf.data.Dataset.from_tensor_slices((features, targets))
@@ -175,15 +179,6 @@ def probe_model(backbone, head, pooling: str = "token+avg"):
     return keras.Model(extractor.input, head(extractor.output), name=f"{backbone.name}_linear_probe")
 
 
-def _split_features(extractor, digest, source, split, what, options):
-    features, labels, classes, origin = probe_features.split_features(extractor, digest, source, split, **options)
-    if not len(labels):
-        name = source if isinstance(source, str) else type(source).__name__
-        raise ValueError(f"The {what} split ({name!r}, split {split!r}) has no examples; pass a split with images "
-                         "(tfds slicing such as 'train[:90%]' must leave some).")
-    return features, labels, classes, origin
-
-
 def linear_probe(model, train_source, test_source, *, train_split: str = "train", test_split: str = "test",
                  pooling: str = "token+avg", cache_dir=None, l2_values=L2_VALUES, learning_rates=LEARNING_RATES,
                  epochs: int = EPOCHS, batch_size: int = BATCH_SIZE, feature_batch_size: int = 256,
@@ -223,9 +218,10 @@ def linear_probe(model, train_source, test_source, *, train_split: str = "train"
     digest = probe_features.weights_digest(model)
     options = dict(pooling=pooling, cache_dir=cache_dir, batch_size=feature_batch_size, data_dir=data_dir,
                    image_size=size)
-    train_x, train_y, train_classes, train_origin = _split_features(extractor, digest, train_source, train_split,
-                                                                    "train", options)
-    test_x, test_y, _, test_origin = _split_features(extractor, digest, test_source, test_split, "test", options)
+    train_x, train_y, train_classes, train_origin = probe_features.split_features(
+        extractor, digest, train_source, train_split, role="train", **options)
+    test_x, test_y, _, test_origin = probe_features.split_features(extractor, digest, test_source, test_split,
+                                                                   role="test", **options)
     feature_seconds = time.perf_counter() - started
 
     started = time.perf_counter()

@@ -28,6 +28,8 @@ import collections
 import hashlib
 import json
 import os
+import weakref
+import zipfile
 
 import numpy as np
 
@@ -118,9 +120,18 @@ def weights_digest(model) -> str:
     return digest.hexdigest()
 
 
+DIGEST_BATCH = 256
+
+
 def _content_digest(dataset) -> str:
-    """SHA-256 of every (image, label) of a `tf.data.Dataset`, in order: its identity when it has no name."""
+    """SHA-256 of every (image, label) of a `tf.data.Dataset`, in order: its identity when it has no name.
+
+    Examples of one fixed shape are read in batches (one per example costs a Python round trip each); the digest
+    then covers the same bytes in the same order, with each batch's shape.
+    """
     digest = hashlib.sha256()
+    if all(spec.shape.is_fully_defined() for spec in dataset.element_spec):
+        dataset = dataset.batch(DIGEST_BATCH)
     for image, label in dataset.as_numpy_iterator():
         for value in (np.asarray(image), np.asarray(label)):
             digest.update(f"{value.shape}{value.dtype}".encode())
@@ -174,21 +185,39 @@ def compute_features(extractor, split, image_size, batch_size: int):
     import tensorflow as tf
 
     from vit_keras.training import data
-    from vit_keras.training.evaluation import predict_dataset
 
     classes = split.num_classes or _label_bound(split)
     pipeline = data.eval_pipeline(split.dataset, image_size=tuple(image_size), batch_size=batch_size,
                                   num_classes=classes, cache=False)
+    forward = _forward(extractor)
+    features, labels, full = [], [], None
     try:
-        features, labels = predict_dataset(extractor, pipeline)
-    except ValueError as error:  # np.concatenate of no batches
-        if "need at least one array" not in str(error):
-            raise
-        features, labels = np.zeros((0, int(extractor.output_shape[-1])), np.float32), np.zeros((0,), np.int64)
+        for images, one_hot in pipeline.as_numpy_iterator():
+            count = len(one_hot)
+            full = full or count
+            if count < full:  # padded to the first batch's size: the compiled program is reused, not recompiled
+                images = np.concatenate([images, np.zeros((full - count, *images.shape[1:]), images.dtype)])
+            features.append(np.asarray(forward(images), np.float32)[:count])
+            labels.append(one_hot.argmax(-1))
     except tf.errors.InvalidArgumentError as error:
         raise ValueError(f"{split.name}: a label lies outside [0, {classes}) ({error.message.splitlines()[0]}); "
                          "fix the labels or pass the split's num_classes.") from None
-    return np.asarray(features, np.float32), np.asarray(labels, np.int64)
+    if not labels:
+        return np.zeros((0, int(extractor.output_shape[-1])), np.float32), np.zeros((0,), np.int64)
+    return np.concatenate(features), np.concatenate(labels).astype(np.int64)
+
+
+_forwards: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _forward(extractor):
+    """`extractor`'s compiled forward pass (`evaluation.inference_function`), made once per extractor: the train and
+    test splits share one compilation."""
+    from vit_keras.training.evaluation import inference_function
+
+    if extractor not in _forwards:
+        _forwards[extractor] = inference_function(extractor)
+    return _forwards[extractor]
 
 
 def _label_bound(split) -> int:
@@ -210,7 +239,7 @@ def _read_cache(path: str, key: str):
             if str(stored["key"]) != key:
                 return None
             return stored["features"], stored["labels"]
-    except (OSError, ValueError, KeyError):  # absent, truncated or not ours: compute afresh
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):  # absent, truncated or not ours: compute afresh
         return None
 
 
@@ -232,8 +261,9 @@ def clear_memory_cache() -> None:
 
 def split_features(extractor, model_digest: str, source, split: str = "train", *, pooling: str,
                    cache_dir: str | None = None, batch_size: int = 256, data_dir: str | None = None,
-                   image_size=None):
-    """One split's features, from memory, from `cache_dir`, or computed (then kept in both).
+                   image_size=None, role: str = "probe"):
+    """One split's features, from memory, from `cache_dir`, or computed (then kept in both); a `ValueError` for a
+    split without examples (`role`, e.g. "train", names it in the message).
 
     Returns `(features (N, D) float32, labels (N,) int64, num_classes or None, origin)`, origin one of "memory",
     "disk", "computed".
@@ -262,7 +292,10 @@ def split_features(extractor, model_digest: str, source, split: str = "train", *
     else:
         features, labels = compute_features(extractor, loaded, image_size, batch_size)
         origin = "computed"
-        if path is not None and len(labels):
+        if not len(labels):
+            raise ValueError(f"The {role} split {loaded.name} has no examples; pass a split with images (tfds "
+                             "slicing such as 'train[:90%]' must leave some).")
+        if path is not None:
             _write_cache(path, key, features, labels)
     _memory[key] = (features, labels)
     while len(_memory) > MEMORY_ENTRIES:
