@@ -80,6 +80,9 @@ def test_slices_are_a_seeded_disjoint_holdout_the_same_every_time(tmp_path):
     order = np.random.default_rng(local_data.SPLIT_SEED).permutation(len(examples))
     expected = [int(examples[i][1][0] == "red") for i in order[18:]]
     assert _labels(held).tolist() == _labels(data.load(root, "train[90%:]")).tolist() == expected
+    # validation_fraction=1/3 makes train[:66.6667%] / train[66.6667%:]: the cut is round(20 * 0.666667) = 13.
+    assert data.load(root, "train[:66.6667%]").num_examples == 13
+    assert data.load(root, "train[66.6667%:]").num_examples == 7
     # Another seed holds out other images: the seed decides, not the order of the files.
     assert _labels(local_data.load(root, "train[:50%]", seed=1)).tolist() != \
         _labels(data.load(root, "train[:50%]")).tolist()

@@ -45,8 +45,9 @@ SPLIT_SEED = 0
 LABEL_SEPARATOR = "|"
 LABELS_ENTRY = "vit_keras_labels.json"  # inside a .keras checkpoint: the class names (callbacks.save_checkpoint)
 CHECKS = ("decode", "header")
-_SPLIT = re.compile(r"(?P<name>[A-Za-z_][\w-]*)"
-                    r"(\[(?P<start>[+-]?\d*)(?P<start_pct>%?):(?P<end>[+-]?\d*)(?P<end_pct>%?)\])?")
+_BOUND = r"[+-]?\d*(?:\.\d+)?"
+_SPLIT = re.compile(rf"(?P<name>[A-Za-z_][\w-]*)"
+                    rf"(\[(?P<start>{_BOUND})(?P<start_pct>%?):(?P<end>{_BOUND})(?P<end_pct>%?)\])?")
 
 
 def write_colour_squares(root, colours=("red", "blue"), per_class: int = 3, size: int = 16) -> None:
@@ -192,8 +193,8 @@ def _read_table(path: str):
     return examples, _class_order(names), bool(multi_label)
 
 
-def _slice(count: int, split: str, source: str) -> slice:
-    match = _SPLIT.fullmatch(split.replace(" ", ""))
+def _slice(count: int, split: str | None, source: str) -> slice:
+    match = _SPLIT.fullmatch((split or "train").replace(" ", ""))
     if match is None:
         raise ValueError(f"Cannot read the split {split!r} of {source!r}: a folder or file is one split; take all "
                          "of it ('train') or a slice of it in tfds' form ('train[:90%]', 'train[90%:]', "
@@ -204,8 +205,12 @@ def _slice(count: int, split: str, source: str) -> slice:
     def bound(text, percent):
         if text in ("", "+", "-"):
             return None
-        value = int(text)
-        return round(count * value / 100) if percent else value
+        if percent:
+            return round(count * float(text) / 100)
+        if "." in text:
+            raise ValueError(f"The split {split!r} of {source!r} cuts at {text} images: use a whole number, or "
+                             "a percentage such as 66.7%.")
+        return int(text)
 
     return slice(bound(match["start"], match["start_pct"]), bound(match["end"], match["end_pct"]))
 

@@ -359,6 +359,9 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
     """
     import keras
 
+    # A pathlib.Path to your own images is the same source as its string (the holdout compares them).
+    train_data, validation_data = (os.fspath(source) if isinstance(source, os.PathLike) else source
+                                   for source in (train_data, validation_data))
     train_split, validation_split = _resolve_splits(train_data, validation_data, train_split, validation_split,
                                                     validation_fraction)
     if distribution is not None:
