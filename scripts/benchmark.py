@@ -350,6 +350,7 @@ def _run_vit_keras_exported(case, min_seconds, min_calls):
                 export.onnx_predict(session, images)
         result = _time_calls(step, batch, min_seconds, min_calls)
     result["parameters"] = int(model.count_params())
+    result["tf32_active"] = False if case["precision"] == "float32" else None  # CPU runtimes: no TF32
     return result
 
 
@@ -534,6 +535,8 @@ def _run_onnxruntime(case, min_seconds, min_calls):
     result["max_abs_diff_vs_torch"] = float(abs(logits - expected).max())  # the same network, exported intact
     result["parameters"] = sum(p.numel() for p in model.parameters())
     result["providers"] = session.get_providers()
+    # ONNX Runtime's CUDA provider computes float32 matmuls in TF32 unless told `use_tf32=0`; its CPU one never.
+    result["tf32_active"] = "CUDAExecutionProvider" in result["providers"]
     return result
 
 

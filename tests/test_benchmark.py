@@ -81,6 +81,7 @@ def test_quick_inference_benchmark_measures_every_peer_and_the_matmul_peak(tmp_p
     assert summary["from_host_ratios"]["timm"] == round(predict[0]["images_per_s"] / timm_from_host, 2)
     assert "| vit_keras from host |" in printed and "(eager, from host)" in printed
     assert "| TF32 | attention |" in printed and "| off | keras |" in printed  # a CPU: TF32 off
+    assert {row.get("tf32_active") for row in report["results"] if row["task"] == "inference"} == {False}
     script = _script()
     peak = max(row["gflop_per_s"] for row in report["results"] if row["library"] == "tf.matmul")  # XLA on / off
     gflop = script.forward_gflop(script.ARCHITECTURES["tiny"], best.get("head_tokens_only", True))
@@ -145,6 +146,7 @@ def test_quick_benchmark_runs_vit_keras_exported_to_tflite_and_onnx_runtime(tmp_
     for row in rows.values():
         assert "skipped" not in row, row
         assert row["images_per_s"] > 0 and row["parameters"] == rows["tflite"]["parameters"]
+        assert row["tf32_active"] is False  # CPU runtimes
     (summary,) = report["summary"]
     assert summary["vit_keras"] == max(row["images_per_s"] for row in rows.values())
     assert "vit_keras_by_backend" not in summary  # exported runs are not a Keras backend's
