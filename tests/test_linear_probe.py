@@ -133,6 +133,24 @@ def test_features_are_computed_once_cached_on_disk_and_recomputed_when_weights_o
     assert origins() == ["computed", "computed"] and len(calls) == 5 and len(os.listdir(cache)) == 4
 
 
+def test_the_memory_cache_keeps_the_newest_splits_within_its_byte_budget(monkeypatch):
+    import tensorflow as tf
+
+    def compute(extractor, split, image_size, batch_size):
+        return np.zeros((1, 1000), np.float32), np.zeros((1,), np.int64)  # 4,008 bytes a split
+
+    monkeypatch.setattr(probe_features, "compute_features", compute)
+    monkeypatch.setattr(probe_features, "MEMORY_BYTES", 6000)  # room for one split
+    splits = [vit_keras.data.load(tf.data.Dataset.from_tensor_slices((np.full((1, 8, 8, 3), i, np.uint8), [0])),
+                                  num_classes=1) for i in range(3)]
+
+    def origin(split):
+        return probe_features.split_features(None, "w" * 64, split, pooling="avg", image_size=(8, 8))[3]
+
+    assert [origin(split) for split in splits] == ["computed"] * 3
+    assert [origin(splits[2]), origin(splits[1]), origin(splits[1])] == ["memory", "computed", "memory"]
+
+
 def test_the_data_identity_follows_the_examples():
     import tensorflow as tf
 
@@ -175,9 +193,16 @@ def test_poolings_give_the_widths_and_the_class_token():
     assert probe_features.pooled_features(_tiny(), "model").output_shape == (None, 48)
 
 
+def _blank(count=16):
+    import tensorflow as tf
+
+    dataset = tf.data.Dataset.from_tensor_slices((np.zeros((count, 8, 8, 3), np.uint8), np.arange(count) % 10))
+    return vit_keras.data.load(dataset, num_classes=10)
+
+
 def test_bad_arguments_are_clear_errors():
     model = _tiny()
-    digits = _digits("test", 16)
+    digits = _blank()
     with pytest.raises(ValueError, match="pooling='median' is not a probe pooling; use one of"):
         linear_probe(model, digits, digits, pooling="median")
     with pytest.raises(ValueError, match="pooling='model' reads the model's pooled output.*pooling='token'"):
@@ -194,7 +219,7 @@ def test_bad_arguments_are_clear_errors():
 def test_an_empty_split_or_a_negative_label_is_a_clear_error():
     import tensorflow as tf
 
-    model, digits = _tiny(), _digits("test", 16)
+    model, digits = _tiny(), _blank()
     empty = vit_keras.data.load(digits.dataset.take(0))
     with pytest.raises(ValueError, match="The train split .* has no examples"):
         linear_probe(model, empty, digits)

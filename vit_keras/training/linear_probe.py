@@ -48,15 +48,23 @@ CONSTANT_VARIANCE = 1e-12
 STEPS_PER_EXECUTION = 50
 
 
+def _numbers(name: str, values, example, positive: bool) -> list[float]:
+    """`values` (one number or several) as floats, each finite and >= 0 (> 0 when `positive`), or a ValueError."""
+    values = [values] if np.ndim(values) == 0 else list(np.asarray(values, dtype=object).reshape(-1))
+    bound = "> 0" if positive else ">= 0"
+    problem = ValueError(f"{name}={values!r}: give one or more finite numbers {bound}, e.g. {example}.")
+    try:
+        numbers = [float(value) for value in values]
+    except (TypeError, ValueError):
+        raise problem from None
+    if not numbers or any(not math.isfinite(v) or v < 0 or (positive and v == 0) for v in numbers):
+        raise problem
+    return numbers
+
+
 def _check_arguments(l2_values, learning_rates, epochs, batch_size, validation_fraction) -> tuple[list, list]:
-    l2_values = [float(v) for v in np.atleast_1d(np.asarray(l2_values, dtype=object))] if l2_values is not None else []
-    if not l2_values or any(not math.isfinite(v) or v < 0 for v in l2_values):
-        raise ValueError(f"l2_values={l2_values!r}: give one or more finite L2 strengths >= 0, e.g. {L2_VALUES}.")
-    learning_rates = [float(v) for v in np.atleast_1d(np.asarray(learning_rates, dtype=object))] \
-        if learning_rates is not None else []
-    if not learning_rates or any(not math.isfinite(v) or v <= 0 for v in learning_rates):
-        raise ValueError(f"learning_rates={learning_rates!r}: give one or more finite learning rates > 0, e.g. "
-                         f"{LEARNING_RATES}.")
+    l2_values = _numbers("l2_values", l2_values, L2_VALUES, positive=False)
+    learning_rates = _numbers("learning_rates", learning_rates, LEARNING_RATES, positive=True)
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name}={value!r}: give a whole number >= 1.")

@@ -36,7 +36,10 @@ import numpy as np
 POOLINGS = ("model", "token", "avg", "token+avg")
 # Bump when what the features are changes (pooling, preprocessing): old cache files then stop matching.
 FEATURE_FORMAT = 1
+# The memory cache keeps the newest splits up to this many and this many bytes of features (the newest one always,
+# whatever its size: the probe holds it anyway).
 MEMORY_ENTRIES = 8
+MEMORY_BYTES = 2 * 1024**3
 _memory: collections.OrderedDict = collections.OrderedDict()
 
 
@@ -298,6 +301,7 @@ def split_features(extractor, model_digest: str, source, split: str = "train", *
         if path is not None:
             _write_cache(path, key, features, labels)
     _memory[key] = (features, labels)
-    while len(_memory) > MEMORY_ENTRIES:
+    while len(_memory) > 1 and (len(_memory) > MEMORY_ENTRIES or sum(
+            x.nbytes + y.nbytes for x, y in _memory.values()) > MEMORY_BYTES):
         _memory.popitem(last=False)
     return features, labels, loaded.num_classes, origin
