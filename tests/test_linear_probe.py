@@ -243,11 +243,16 @@ def linear_probe_module():
     return importlib.import_module("vit_keras.training.linear_probe")  # the package's name is the function
 
 
-def test_cli_refuses_a_missing_checkpoint_and_an_unknown_pooling(capsys):
+def test_cli_refuses_a_missing_checkpoint_an_existing_output_and_an_unknown_pooling(tmp_path, capsys):
     from vit_keras.cli import main
 
-    assert main(["probe", "missing.keras", "--dataset", "vit_keras_digits"]) == 2
+    output = str(tmp_path / "probe.json")
+    assert main(["probe", "missing.keras", "--dataset", "vit_keras_digits", "--output", output]) == 2
     assert "Checkpoint 'missing.keras' does not exist" in capsys.readouterr().err
+    (tmp_path / "probe.json").write_text("{}")  # an earlier result is not replaced unless asked, before any work
+    assert main(["probe", "missing.keras", "--dataset", "vit_keras_digits", "--output", output]) == 2
+    assert "probe.json already exists; pass --overwrite" in capsys.readouterr().err
+    assert (tmp_path / "probe.json").read_text() == "{}"
     with pytest.raises(SystemExit):
         main(["probe", "--dataset", "vit_keras_digits", "--pooling", "mean"])
     assert "invalid choice: 'mean'" in capsys.readouterr().err

@@ -57,10 +57,12 @@ def register(subparsers) -> None:
     parser.add_argument("--feature-batch-size", type=positive_int, default=256,
                         help="images per forward pass of the backbone (default: 256)")
     parser.add_argument("--seed", type=int, default=0, help="picks the validation examples and the order of steps")
-    parser.add_argument("--output", default="probe.json", help="the JSON file the result is written to "
-                        "(default: probe.json; replaced if it exists)")
+    parser.add_argument("--output", default="probe.json",
+                        help="the JSON file the result is written to (default: probe.json)")
     parser.add_argument("--save-model", default=None, metavar="FILE.keras",
                         help="also save backbone + trained head as one .keras model (images in, probabilities out)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --output or --save-model file (refused otherwise, before any work)")
     parser.set_defaults(func=run_probe)
 
 
@@ -70,11 +72,14 @@ def run_probe(args) -> int:
     import keras
 
     from vit_keras.cli.common import build_model
-    from vit_keras.files import atomic_file
+    from vit_keras.files import atomic_file, refuse_existing
     from vit_keras.training import linear_probe, probe_model
 
     if args.save_model is not None and not args.save_model.endswith(".keras"):
         raise ValueError(f"--save-model {args.save_model!r}: name a .keras file.")
+    for path in (args.output, args.save_model):
+        if path is not None:
+            refuse_existing(path, args.overwrite, "--overwrite")
     if args.checkpoint:
         if not os.path.isfile(args.checkpoint):
             raise ValueError(f"Checkpoint {args.checkpoint!r} does not exist.")
@@ -91,10 +96,10 @@ def run_probe(args) -> int:
     )
     result = {"dataset": args.dataset, "train_split": args.train_split, "test_split": args.test_split, **result}
     text = json.dumps(result, indent=2)
-    with atomic_file(args.output) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+    with atomic_file(args.output, args.overwrite, "--overwrite") as tmp, open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text + "\n")
     if args.save_model is not None:
-        with atomic_file(args.save_model) as tmp:
+        with atomic_file(args.save_model, args.overwrite, "--overwrite") as tmp:
             probe_model(model, head, pooling=args.pooling).save(tmp)
     print(text)
     return 0
