@@ -266,6 +266,8 @@ def test_cli_probes_writes_json_reuses_its_cache_and_saves_a_model(tmp_path, cap
     vit_keras.training.data.load("vit_keras_digits", data_dir=data_dir)  # prepared once, then only read
     # A tfds split is known by name, version and split, without reading its examples.
     assert probe_features.load_split("vit_keras_digits", "test", data_dir)[1] == "tfds:vit_keras_digits:1.0.0:test"
+    with pytest.raises(ValueError, match=r"Split 'train\[:0\]' of 'vit_keras_digits' selects no examples"):
+        probe_features.load_split("vit_keras_digits", "train[:0]", data_dir)
     checkpoint = str(tmp_path / "tiny.keras")
     _tiny().save(checkpoint)
     command = ["probe", checkpoint, "--dataset", "vit_keras_digits", "--data-dir", data_dir,

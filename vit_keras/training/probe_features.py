@@ -157,7 +157,13 @@ def load_split(source, split: str, data_dir: str | None = None):
 
     if isinstance(source, data.Split):
         return source, f"examples:{_content_digest(source.dataset)}"
-    loaded = data.load(source, split, data_dir=data_dir)
+    try:
+        loaded = data.load(source, split, data_dir=data_dir)
+    except ValueError as error:
+        if "corresponds to no data" not in str(error):  # tfds' words for a slice such as 'train[:0]'
+            raise
+        raise ValueError(f"Split {split!r} of {source!r} selects no examples; pass a split with images (tfds "
+                         "slicing such as 'train[:90%]' must leave some).") from None
     if isinstance(source, str):
         version = data._tfds_builder(source, data_dir).info.version
         return loaded, f"tfds:{source}:{version}:{split}"
