@@ -8,7 +8,8 @@
 - Files go into the Hugging Face cache (`$HF_HOME/hub`, or `cache_dir`), downloaded by `huggingface_hub` (resumable,
   shared with timm and transformers). Every file is checked against the hash the hub states for it (the sha256 of
   an LFS file, the git blob sha1 of a small one), on every use: a mismatching file is deleted, never loaded. (The
-  check reads the hash off the cache's symbolic links, huggingface_hub's default layout.) `sha256=` pins
+  check reads the hash off the cache's symbolic links, huggingface_hub's default layout; a link that points outside
+  the cache's `blobs/` is removed and refused, and the file it points to is left alone.) `sha256=` pins
   `model.safetensors` as it pins a URL.
 - `HF_HUB_OFFLINE=1`: the cache only; a checkpoint that is not cached is refused with what to do.
 - Gated and private repositories: the token is `token=`, else `$HF_TOKEN` (or `hf auth login`'s).
