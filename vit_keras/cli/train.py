@@ -89,6 +89,10 @@ def register(subparsers) -> None:
     recipe.add_argument("--weight-decay", type=non_negative_number, default=None)
     recipe.add_argument("--dropout", type=dropout_rate, default=None, help="dropout rate of the model, in [0, 1)")
     recipe.add_argument("--deterministic", action="store_true", help="reproducible ops and input order (slower)")
+    recipe.add_argument("--lora", type=positive_int, default=None, metavar="RANK",
+                        help="train LoRA adapters of this rank and the head only, every other weight frozen")
+    recipe.add_argument("--lora-targets", choices=("qv", "attention", "attention+mlp"), default="qv",
+                        help="with --lora: query and value (default), all four attention projections, or also the MLP")
     add_hardware_arguments(parser.add_argument_group("hardware"))
     add_output_dir_argument(parser, "logs/, checkpoints/, backup/ and results.json")
     parser.set_defaults(func=run_train)
@@ -174,7 +178,7 @@ def run_train(args) -> int:
             build, args.dataset, config, output_dir=args.output_dir, train_split=args.train_split,
             validation_data=args.eval_data or (args.dataset if args.eval_split != "" else None),
             validation_split=args.eval_split,
-            data_dir=args.data_dir, tpu=args.tpu,
+            data_dir=args.data_dir, tpu=args.tpu, lora_rank=args.lora, lora_targets=args.lora_targets,
         )
     except NonFiniteLossError as error:
         print(f"error: {error}", file=sys.stderr)

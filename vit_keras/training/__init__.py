@@ -30,6 +30,7 @@ from vit_keras.training.evaluation import (
 )
 from vit_keras.training.linear_probe import linear_probe, probe_model
 from vit_keras.training.loop import VALIDATION_FRACTION, TrainResult, holdout_splits, train
+from vit_keras.training.lora import load_lora, lora, lora_settings, merge_lora, save_lora
 from vit_keras.training.masked_patch import MaskedPatchModel
 from vit_keras.training.masked_pretrain import MaskedPatchResult, masked_patch, masked_patch_pretrain
 from vit_keras.training.optim import WarmupDecay, make_optimizer, make_schedule
@@ -70,16 +71,21 @@ __all__ = [
     "holdout_splits",
     "is_chief",
     "linear_probe",
+    "load_lora",
+    "lora",
+    "lora_settings",
     "make_optimizer",
     "make_schedule",
     "masked_patch",
     "masked_patch_pretrain",
+    "merge_lora",
     "plan_execution",
     "plan_inference",
     "pretrain",
     "probe_model",
     "resample_position_embeddings",
     "save_checkpoint",
+    "save_lora",
     "select_strategy",
     "topk_accuracy",
     "train",

@@ -11,6 +11,8 @@ import numpy as np
 
 from vit_keras.training import callbacks as cb
 from vit_keras.training import data, local_data
+from vit_keras.training.lora import lora as enable_lora
+from vit_keras.training.lora import restart_adapters
 from vit_keras.training.optim import make_optimizer
 from vit_keras.training.run import RunDirectories, run_directory, run_settings
 from vit_keras.training.strategy import (
@@ -237,6 +239,8 @@ def resume_run(model, config, checkpoint_dir: str, backup_dir: str, monitor: str
     backup = cb.StepBackup(backup_dir, every=config.backup_every or max(micro_per_epoch // 4, 1),
                            best_checkpoint=best_checkpoint)
     start = backup.restore(model)
+    if start and restart_adapters(model):  # the backup holds the adapters' update folded into the kernels
+        logger.warning("LoRA: the adapters' update so far is in the restored kernels; fresh adapters continue.")
     if start:
         logger.warning("Resuming from micro-step %d of %d (backup in %s).", start, total_micro, backup_dir)
     return ResumedRun(micro_per_epoch, total_micro, start, best_checkpoint, last_checkpoint, backup)
@@ -321,7 +325,8 @@ def execution_plan(config, strategy=None, tpu=None):
 def train(build_model, train_data, config, *, output_dir: str, validation_data=None, train_split: str = "train",
           validation_split: str | None = None, validation_fraction: float = VALIDATION_FRACTION,
           data_dir: str | None = None, strategy=None, tpu: str | None = None, num_classes: int | None = None,
-          verbose="auto", callbacks=(), distribution=None) -> TrainResult:
+          verbose="auto", callbacks=(), distribution=None, lora_rank: int | None = None,
+          lora_targets: str = "qv") -> TrainResult:
     """Train the model `build_model()` returns on `train_data` with `config` (see `finetune` / `pretrain`).
 
     `build_model` is called inside the strategy's scope under the chosen dtype policy, so its variables land on
@@ -345,7 +350,8 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
     `output_dir` receives `logs/` (TensorBoard), `checkpoints/best.keras` and `last.keras`, `backup/` (emptied
     when the run completes) and `results.json`. Running the same call again after an interruption resumes at
     the last backed-up step. `callbacks` are further Keras callbacks, run after the run's own. Returns a
-    `TrainResult`.
+    `TrainResult`. `lora_rank` fine-tunes LoRA adapters of that rank on `lora_targets` (`training.lora`) and the
+    head only, every other weight frozen; the checkpoints hold the update folded into plain kernels.
 
     Example:
         >>> from vit_keras.training import pretrain, train
@@ -374,7 +380,7 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
             return train(build_model, train_data, config, output_dir=output_dir, validation_data=validation_data,
                          train_split=train_split, validation_split=validation_split,
                          validation_fraction=validation_fraction, data_dir=data_dir, num_classes=num_classes,
-                         verbose=verbose, callbacks=callbacks)
+                         verbose=verbose, callbacks=callbacks, lora_rank=lora_rank, lora_targets=lora_targets)
     strategy, plan = execution_plan(config, strategy, tpu)
     with run_directory(output_dir, strategy):
         train_split_data = _as_split(train_data, train_split, data_dir, num_classes)
@@ -385,6 +391,8 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
         with run_settings(config, plan):
             with strategy.scope():
                 model = build_model()
+                if lora_rank is not None:
+                    enable_lora(model, rank=lora_rank, targets=lora_targets)
             classes = int(model.output_shape[-1])
             pipelines = _model_pipelines(model, config, classes)
             _check_dropout(model, config)
