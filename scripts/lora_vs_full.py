@@ -7,11 +7,13 @@ Step time is the median over the run's steps of the wall time of one `train_on_b
 callbacks), the first epoch's compilation left out. Also written: the size of the adapters file of a ViT-B/16.
 
     python scripts/lora_vs_full.py --output-dir /tmp/lora_vs_full [--pretrain-steps 600] [--finetune-steps 300]
+    python scripts/lora_vs_full.py --output-dir /tmp/lora_vs_full --only lora --lora-learning-rate 0.1  # reuses it
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -53,8 +55,11 @@ def _child(args) -> dict:
             step_times.append(time.perf_counter() - clock["start"])
 
     lora_rank = args.rank if args.variant == "lora" else None
-    result = training.train(build, DATASET, stages.finetune_recipe(args.finetune_steps, args.seed),
-                            output_dir=os.path.join(args.output_dir, args.variant), validation_data=DATASET,
+    recipe = stages.finetune_recipe(args.finetune_steps, args.seed)
+    if lora_rank and args.lora_learning_rate:
+        recipe = dataclasses.replace(recipe, learning_rate=args.lora_learning_rate)
+    run_dir = os.path.join(args.output_dir, f"{args.variant}-lr{recipe.learning_rate:g}")
+    result = training.train(build, DATASET, recipe, output_dir=run_dir, validation_data=DATASET,
                             data_dir=data_dir, verbose=0, callbacks=[StepTimer()], lora_rank=lora_rank,
                             lora_targets=args.targets)
     model = result.model
@@ -87,6 +92,8 @@ def _run(variant: str, args) -> dict:
     command = [sys.executable, __file__, "--variant", variant, "--output-dir", args.output_dir, "--rank",
                str(args.rank), "--targets", args.targets, "--pretrain-steps", str(args.pretrain_steps),
                "--finetune-steps", str(args.finetune_steps), "--seed", str(args.seed)]
+    if args.lora_learning_rate:
+        command += ["--lora-learning-rate", str(args.lora_learning_rate)]
     output = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(output.strip().splitlines()[-1])
 
@@ -99,21 +106,30 @@ def main(argv=None) -> int:
     parser.add_argument("--pretrain-steps", type=int, default=600)
     parser.add_argument("--finetune-steps", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lora-learning-rate", type=float, default=None,
+                        help="the LoRA run's learning rate (default: the recipe's, as the full run)")
+    parser.add_argument("--only", choices=("full", "lora"), default=None, help="run only this fine-tuning")
     parser.add_argument("--variant", choices=("pretrain", "full", "lora"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     os.makedirs(args.output_dir, exist_ok=True)
     if args.variant:
         print(json.dumps(_child(args)))
         return 0
-    _run("pretrain", args)
-    rows = [_run("full", args), _run("lora", args)]
+    from vit_keras.demo.stages import FINETUNE_LR
+
+    if not os.path.exists(os.path.join(args.output_dir, "pretrained.keras")):  # reused by later invocations
+        _run("pretrain", args)
+    rows = [_run(variant, args) for variant in ("full", "lora") if args.only in (None, variant)]
     print("| fine-tuning | top-1 (360 test digits) | trainable / all parameters | step (ms, median) "
           "| peak RSS (MiB) |\n|---|---|---|---|---|")
     for row in rows:
-        name = "full" if row["variant"] == "full" else f"LoRA r={args.rank} {args.targets}"
+        lr = args.lora_learning_rate if row["variant"] == "lora" and args.lora_learning_rate else FINETUNE_LR
+        name = f"full, lr {lr}" if row["variant"] == "full" else f"LoRA r={args.rank} {args.targets}, lr {lr}"
         print(f"| {name} | {row['top1']:.2%} | {row['trainable']:,} / {row['total']:,} | {row['step_ms']:.1f} "
               f"| {row['peak_rss_mib']:.0f} |")
-    print(f"\ndigits adapters file: {rows[1]['adapters_bytes']:,} bytes; ViT-B/16 adapters file (rank {args.rank}, "
+    adapters = [row["adapters_bytes"] for row in rows if "adapters_bytes" in row]
+    digits_file = f"{adapters[0]:,} bytes" if adapters else "-"
+    print(f"\ndigits adapters file: {digits_file}; ViT-B/16 adapters file (rank {args.rank}, "
           f"{args.targets}, 1000-class head): {b16_adapters_bytes(args.rank, args.targets, args.output_dir):,} bytes")
     return 0
 
