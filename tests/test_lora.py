@@ -199,3 +199,36 @@ def test_cli_lora_flag_trains(tmp_path, capsys):
     out_text = capsys.readouterr().out
     assert json.loads(out_text[out_text.rindex("{\n"):])["updates"] == 4
     assert (out / "checkpoints" / "last.keras").exists()
+
+
+class _Interrupt(keras.callbacks.Callback):
+    """Stops a run after its third step (the run's own callbacks, the step backup among them, have run by then)."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 2:
+            raise KeyboardInterrupt
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Skipping variable loading for optimizer")
+def test_an_interrupted_lora_run_resumes_with_live_adapters(tmp_path, caplog):
+    import tensorflow as tf
+
+    labels = np.arange(64) % 10
+    images = tf.data.Dataset.from_tensor_slices((_images(64).astype("uint8"), labels))
+    config = training.finetune(total_steps=6, batch_size=8, warmup_steps=1, steps_per_epoch=6, backup_every=1)
+    run = dict(output_dir=str(tmp_path / "run"), verbose=0, lora_rank=2, num_classes=10)
+    with pytest.raises(KeyboardInterrupt):
+        training.train(_model, images, config, callbacks=[_Interrupt()], **run)
+    with caplog.at_level("WARNING", logger="vit_keras.training.loop"):
+        result = training.train(_model, images, config, **run)
+    assert "fresh adapters continue" in caplog.text and "Resuming from micro-step" in caplog.text
+    assert result.updates == 6
+    adapted = target_layers(result.model, "qv")
+    assert all(np.array(layer.lora_kernel_a).any() for layer in adapted)  # restarted, then trained on
+    assert any(np.array(layer.lora_kernel_b).any() for layer in adapted)
+    query = "Transformer_encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"
+    base = {v.path: np.array(v) for v in _model().weights}
+    resumed = {v.path: np.array(v) for v in result.model.weights}
+    assert not np.array_equal(resumed[query], base[query])  # the first steps' update, folded in by the backup
+    np.testing.assert_array_equal(resumed["patch_encoder/cls"], base["patch_encoder/cls"])  # frozen stays frozen
