@@ -22,32 +22,16 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 
 import numpy as np
+
+from vit_keras.training.split import Split  # defined apart so that local_data can make one too
 
 INCEPTION_CROP_AREA = (0.05, 1.0)
 SHIFT_PIXELS = 1
 CROPS = ("inception", "resize", "shift")
 LABEL_CHECK_EXAMPLES = 4096
-
-
-@dataclasses.dataclass(frozen=True)
-class Split:
-    """One split of a dataset: `(image, label)` examples plus what the model needs to know about them.
-
-    Example:
-        >>> Split(dataset=None, num_classes=10, num_examples=100, name="digits[train]").num_classes
-        10
-    """
-
-    dataset: object  # tf.data.Dataset of (image uint8/float (H, W, C), int label or multi-hot float32 labels)
-    num_classes: int | None
-    num_examples: int | None
-    name: str
-    class_names: tuple | None = None  # your own images (`local_data`): the names of the classes, in label order
-    multi_label: bool = False  # labels are multi-hot vectors of `num_classes` (sigmoid outputs, mAP)
 
 
 def _tf():

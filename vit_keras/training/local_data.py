@@ -289,7 +289,7 @@ def load(source, split: str = "train", *, class_names=None, seed: int = SPLIT_SE
     """
     import tensorflow as tf
 
-    from vit_keras.training.data import Split
+    from vit_keras.training.split import Split
 
     if check not in CHECKS:
         raise ValueError(f"`check` must be one of {CHECKS}, got {check!r}.")
