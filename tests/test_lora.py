@@ -232,3 +232,21 @@ def test_an_interrupted_lora_run_resumes_with_live_adapters(tmp_path, caplog):
     resumed = {v.path: np.array(v) for v in result.model.weights}
     assert not np.array_equal(resumed[query], base[query])  # the first steps' update, folded in by the backup
     np.testing.assert_array_equal(resumed["patch_encoder/cls"], base["patch_encoder/cls"])  # frozen stays frozen
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated")
+def test_merged_model_exports_to_tflite_and_agrees(tmp_path):
+    import tensorflow as tf
+
+    from vit_keras.export.lite import tflite
+
+    model = training.lora(_model(classifier_activation=None), rank=2)
+    _randomise_adapters(model)
+    path = tmp_path / "merged.tflite"
+    tflite(training.merge_lora(model), path)
+    runner = tf.lite.Interpreter(model_path=str(path)).get_signature_runner("serving_default")
+    image = _images(1)
+    (out,) = runner(images=image).values()
+    # The TFLite converter and its kernels reorder float32 sums again: the merge bound, not bit equality.
+    Bound(MERGE_BOUND, "lora_tflite")(out, model.predict(image, verbose=0))
