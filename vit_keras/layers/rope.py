@@ -197,10 +197,13 @@ def rotation_tables(sin, cos, layout, num_prefix_tokens=0):
         >>> s[:2, 0].numpy().tolist(), c[:, 0, 0].numpy().tolist()  # the prefix row, then a patch row
         ([[0.0, 0.0, 0.0, 0.0], [-1.0, -1.0, 1.0, 1.0]], [1.0, 0.0, 0.0])
     """
-    sin, cos = ops.convert_to_tensor(sin), ops.convert_to_tensor(cos)
+    # float32 whatever arrives: under a mixed policy Keras casts a layer's floating call arguments, the tables
+    # included, to the compute dtype; the rotation is computed in float32, as timm does.
+    sin, cos = ops.cast(sin, "float32"), ops.cast(cos, "float32")
     if len(sin.shape) == 2:
         sin, cos = sin[:, None, :], cos[:, None, :]
-    sin = sin * _signs(sin.shape[-1], "rotate_half" if layout == "rotate_half" else "interleaved")
+    signs = _signs(sin.shape[-1], "rotate_half" if layout == "rotate_half" else "interleaved")
+    sin = sin * ops.convert_to_tensor(signs, "float32")
     if num_prefix_tokens:
         widths = [(0, 0)] * (len(sin.shape) - 3) + [(int(num_prefix_tokens), 0), (0, 0), (0, 0)]
         sin, cos = ops.pad(sin, widths, constant_values=0.0), ops.pad(cos, widths, constant_values=1.0)
@@ -306,7 +309,9 @@ class RotaryEmbedding2D(keras.layers.Layer):
 
     def _initial_freqs(self, shape, dtype=None):
         # timm `init_random_2d_freqs`: the θ-bands rotated by a random angle per layer and head.
-        magnitude = 1.0 / self.temperature ** (np.arange(0, self.head_dim, 4, dtype=np.float32) / self.head_dim)
+        # A tensor, not an array: `ndarray * torch.Tensor` is refused on the PyTorch backend.
+        magnitude = ops.convert_to_tensor(
+            1.0 / self.temperature ** (np.arange(0, self.head_dim, 4, dtype=np.float32) / self.head_dim), "float32")
         angles = keras.random.uniform((self.depth, self.num_heads, 1), 0.0, 2 * math.pi)
         fx = ops.concatenate([magnitude * ops.cos(angles), magnitude * ops.cos(angles + math.pi / 2)], axis=-1)
         fy = ops.concatenate([magnitude * ops.sin(angles), magnitude * ops.sin(angles + math.pi / 2)], axis=-1)
