@@ -1,0 +1,162 @@
+"""`ZeroShotModel`: an image tower, a text tower, the logits that join them and the checkpoint's tokenizer.
+
+Example:
+    >>> m = from_pretrained("tests/fixtures/zeroshot/siglip/checkpoint")  # a SiglipModel directory
+    >>> images = np.random.default_rng(0).uniform(0, 255, (1, 32, 32, 3)).astype("float32")
+    >>> scores = m.classify(images, ["cat", "dog", "car"])
+    >>> scores.shape, m.family
+    ((1, 3), 'siglip')
+"""
+
+from __future__ import annotations
+
+import os
+
+import keras
+import numpy as np
+
+from vit_keras.weights import hub
+from vit_keras.zeroshot import hub_files
+from vit_keras.zeroshot.hf_reader import Checkpoint, read_checkpoint
+from vit_keras.zeroshot.logits import ContrastiveLogits, l2_normalize
+from vit_keras.zeroshot.text import ATTENTION_MASK, TOKEN_IDS, text_model, text_slots
+from vit_keras.zeroshot.tokenizer import Tokenizer
+from vit_keras.zeroshot.vision import image_model
+
+# The prompt CLIP's paper uses when no templates are given; `{}` is the class name.
+DEFAULT_TEMPLATE = "a photo of a {}."
+
+
+def assign(slots: dict, params: dict, source: str) -> None:
+    """Put every canonical array in its slot; the two name sets must be equal and the shapes too."""
+    missing, unexpected = sorted(set(slots) - set(params)), sorted(set(params) - set(slots))
+    if missing or unexpected:
+        raise ValueError(f"{source}: the text tower's weights do not match its architecture (missing {missing[:6]}, "
+                         f"unexpected {unexpected[:6]}); nothing was loaded.")
+    for name, slot in slots.items():
+        value = np.asarray(params[name], np.float32)
+        if tuple(value.shape) != tuple(slot.shape):
+            raise ValueError(f"{source}: {name} has shape {tuple(value.shape)}, the text tower expects "
+                             f"{tuple(slot.shape)}; check that the file and its config.json describe the same model.")
+    for name, slot in slots.items():
+        slot.variable.assign(slot.convert(np.asarray(params[name], np.float32)))
+
+
+class ZeroShotModel:
+    """Image and text towers with their logits and tokenizer.
+
+    `image_model`: images → image features; `text_model`: `{"token_ids", "attention_mask"}` → text features
+    (both projected, not normalised; Keras models, any backend). `logits_layer`: `ContrastiveLogits` with the
+    checkpoint's scale (and SigLIP's bias). `family`: `"clip"`, `"siglip"` or `"siglip2"`.
+    """
+
+    def __init__(self, image_model: keras.Model, text_model: keras.Model, logits_layer: ContrastiveLogits,
+                 tokenizer: Tokenizer | None, family: str, probabilities: str):
+        self.image_model, self.text_model, self.logits_layer = image_model, text_model, logits_layer
+        self.tokenizer, self.family, self.probabilities = tokenizer, family, probabilities
+
+    @property
+    def context_length(self) -> int:
+        return int(self.text_model.get_layer("text_embedding").context_length)
+
+    def tokenize(self, texts):
+        """`(token_ids, attention_mask)`: int32 (len(texts), context_length), the checkpoint tokenizer's ids padded
+        as the model expects; the mask is None for SigLIP, whose reference passes none."""
+        if self.tokenizer is None:
+            raise ValueError("This model has no tokenizer; pass token ids to encode_text.")
+        return self.tokenizer(texts)
+
+    def encode_image(self, images):
+        """Projected image features (N, E), not normalised; `images` as `image_model` takes them."""
+        return np.asarray(keras.ops.convert_to_numpy(self.image_model(images, training=False)))
+
+    def encode_text(self, token_ids, attention_mask=None):
+        """Projected text features (T, E), not normalised. `attention_mask` None: every position is real."""
+        token_ids = np.asarray(token_ids)
+        if token_ids.ndim != 2:
+            raise ValueError(f"encode_text: token_ids must be (texts, tokens), got shape {token_ids.shape}.")
+        if token_ids.shape[1] > self.context_length:
+            raise ValueError(f"encode_text: {token_ids.shape[1]} tokens per text, more than the context length "
+                             f"{self.context_length}; tokenize with m.tokenize, which truncates.")
+        mask = np.ones(token_ids.shape, np.int32) if attention_mask is None else np.asarray(attention_mask, np.int32)
+        if mask.shape != token_ids.shape:
+            raise ValueError(f"encode_text: attention_mask has shape {mask.shape}, token_ids {token_ids.shape}.")
+        inputs = {TOKEN_IDS: token_ids.astype(np.int32), ATTENTION_MASK: mask}
+        return np.asarray(keras.ops.convert_to_numpy(self.text_model(inputs, training=False)))
+
+    def logits(self, image_features, text_features):
+        """`logits_per_image` (N, T): exp(logit_scale) · cosine (+ logit_bias); `.T` is `logits_per_text`."""
+        return np.asarray(keras.ops.convert_to_numpy(self.logits_layer(
+            np.asarray(image_features, np.float32), np.asarray(text_features, np.float32))))
+
+    def class_text_features(self, class_names, templates=None):
+        """One normalised text embedding per class: the prompt `templates` (default: the class name alone), each
+        embedded, normalised and averaged per class, the mean renormalised (CLIP's prompt ensembling)."""
+        class_names = list(class_names)
+        if not class_names:
+            raise ValueError("classify: got no class names; pass at least one label.")
+        if templates is None:
+            prompts, count = class_names, 1
+        else:
+            templates = [templates] if isinstance(templates, str) else list(templates)
+            if not templates or not all(isinstance(t, str) and "{}" in t for t in templates):
+                raise ValueError(f"classify: templates must be strings with a '{{}}' for the class name, got "
+                                 f"{templates!r}.")
+            prompts = [template.format(name) for name in class_names for template in templates]
+            count = len(templates)
+        features = l2_normalize(self.encode_text(*self.tokenize(prompts)))
+        features = keras.ops.mean(keras.ops.reshape(features, (len(class_names), count, -1)), axis=1)
+        return np.asarray(keras.ops.convert_to_numpy(l2_normalize(features)))
+
+    def classify(self, images, class_names, templates=None):
+        """Scores (N, classes): softmax over the classes for CLIP, a sigmoid per class for SigLIP."""
+        logits = self.logits(self.encode_image(images), self.class_text_features(class_names, templates))
+        if self.probabilities == "softmax":
+            return np.asarray(keras.ops.convert_to_numpy(keras.ops.softmax(logits, axis=-1)))
+        return np.asarray(keras.ops.convert_to_numpy(keras.ops.sigmoid(logits)))
+
+
+def build(checkpoint: Checkpoint, *, include_preprocessing: bool = True, image_size=None, flexible: bool = False,
+          tokenizer: Tokenizer | None = None) -> ZeroShotModel:
+    """The `ZeroShotModel` of a read checkpoint."""
+    text = text_model(checkpoint.text_config)
+    assign(text_slots(text), checkpoint.text_params, checkpoint.path)
+    logits = ContrastiveLogits(logit_bias=checkpoint.family.logit_bias, name="logits")
+    logits.build()
+    logits.logit_scale.assign(checkpoint.head_params["logit_scale"])
+    if logits.logit_bias is not None:
+        logits.logit_bias.assign(checkpoint.head_params["logit_bias"])
+    images = image_model(checkpoint, include_preprocessing=include_preprocessing, image_size=image_size,
+                         flexible=flexible)
+    return ZeroShotModel(images, text, logits, tokenizer, checkpoint.family_name, checkpoint.family.probabilities)
+
+
+def from_pretrained(source, *, include_preprocessing: bool = True, image_size=None, flexible: bool = False,
+                    revision=None, token=None, cache_dir=None) -> ZeroShotModel:
+    """The zero-shot model of a transformers `CLIPModel`, `SiglipModel` or `Siglip2Model` directory (config.json,
+    model.safetensors, tokenizer.json, tokenizer_config.json) or its hub id (`hf-hub:ORG/NAME`, `hf://ORG/NAME`).
+
+    `include_preprocessing=True`: images are RGB in [0, 255], normalised in the model with the checkpoint's
+    mean/std (its `preprocessor_config.json`, else the family's); False: already normalised. `image_size`: another
+    size (position embeddings resampled as `vit_keras.from_pretrained`). `flexible=True` (SigLIP 2): the image
+    model takes the NaFlex dict of `patches`, `grid` and `mask`.
+    """
+    if hub.is_hub_id(source):
+        path = hub_files.materialize(source, revision=revision, token=token, cache_dir=cache_dir)
+    else:
+        if revision is not None or token is not None:
+            raise ValueError(f"revision= and token= apply to hub ids (hf-hub:ORG/NAME), not to {source!r}.")
+        path = os.fspath(source)
+        if not os.path.isdir(path):
+            raise ValueError(f"{path!r} is not a directory: pass a transformers save_pretrained directory of a "
+                             "CLIPModel, SiglipModel or Siglip2Model, or its hub id (hf-hub:ORG/NAME).")
+    checkpoint = read_checkpoint(path)
+    config = checkpoint.text_config
+    tokenizer = Tokenizer.from_directory(path, context_length=config.context_length,
+                                         return_mask=checkpoint.family.use_attention_mask)
+    if tokenizer.max_id >= config.vocab_size:
+        raise ValueError(f"{tokenizer.source!r} gives ids up to {tokenizer.max_id}, but the text tower's embedding "
+                         f"table has {config.vocab_size} rows (text_config.vocab_size); the tokenizer is not this "
+                         "model's. Save the model's own tokenizer beside it.")
+    return build(checkpoint, include_preprocessing=include_preprocessing, image_size=image_size, flexible=flexible,
+                 tokenizer=tokenizer)
