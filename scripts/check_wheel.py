@@ -119,7 +119,7 @@ def quickstart(python: str, work: str, expect_numpy: str) -> dict:
         problems.append(f"quickstart results {found}")
     if found["optional_loaded"]:
         problems.append(f"import vit_keras imported {found['optional_loaded']}")
-    named = f"pip install '{DISTRIBUTION}[inspection]'" in (found["missing_extra"] or "")
+    named = 'pip install -e ".[inspection]"' in (found["missing_extra"] or "")
     if "matplotlib" not in found["optional_installed"] and not named:
         problems.append(f"plotting without matplotlib gave {found['missing_extra']!r}")
     if problems:

@@ -199,3 +199,58 @@ def test_every_python_example_in_the_readme_and_the_docs_parses():
                 compile(code, f"{page.name} python block {number}", "exec")
             except SyntaxError as error:
                 pytest.fail(f"{page.relative_to(ROOT)}: python block {number} does not parse: {error}")
+
+
+# How this package is installed, everywhere it is written: from its source tree (vit-keras3 is not on PyPI), with
+# the extras setup.cfg defines. Other packages' installs (tensorflow-tpu, tensorflow-serving-api, ...) are left alone.
+OWN_INSTALL = re.compile(r"""pip\ install\ (?:-c\ constraints\.txt\ )?(?:-e\ )?
+                             (?:"\.(?:\[([a-z0-9,-]+)\])?"|'\.\[([a-z0-9,-]+)\]'|\.)(?=[\s`"']|$)""", re.VERBOSE)
+INSTALL_LINE = re.compile(r"pip install [^\n`]*")
+
+
+def _setup_extras() -> set:
+    import configparser
+
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / "setup.cfg")
+    return set(parser["options.extras_require"])
+
+
+def _install_commands():
+    """(where, command) for every `pip install` in the README, the docs pages, the recipes and the package's own
+    messages (its source and what `extras.install_command` returns for every extra)."""
+    from vit_keras import extras
+
+    files = [README, *sorted(DOCS.rglob("*.md")), *sorted((ROOT / "recipes").glob("*.py")),
+             *sorted((ROOT / "vit_keras").rglob("*.py"))]
+    for path in files:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for match in INSTALL_LINE.finditer(line):
+                yield f"{path.relative_to(ROOT)}:{number}", match.group(0)
+    for extra in sorted(_setup_extras()):
+        yield f"extras.install_command({extra!r})", extras.install_command(extra)
+
+
+def test_every_install_of_this_package_is_the_source_tree_form():
+    """README, pages, recipes and error messages name one install form for vit-keras3, the one that works: `pip
+    install -e ".[EXTRA]"` in the source tree, with extras that setup.cfg defines; never `pip install vit-keras3`,
+    which would find nothing (or another project) on PyPI."""
+    extras, seen = _setup_extras(), 0
+    for where, command in _install_commands():
+        assert "vit-keras3" not in command, f"{where}: {command!r} installs vit-keras3 from PyPI, where it is not"
+        own = OWN_INSTALL.match(command)
+        if own is None:
+            continue  # another package (tensorflow-tpu, tensorflow-serving-api, keras-hub, ...)
+        seen += 1
+        for extra in (own.group(1) or own.group(2) or "").split(","):
+            assert not extra or extra in extras, f"{where}: {command!r} names the extra {extra!r}, not in setup.cfg"
+    assert seen >= 10, seen
+
+
+def test_a_missing_extra_names_the_install_form():
+    from vit_keras.extras import MissingExtraError, require
+
+    with pytest.raises(MissingExtraError) as caught:
+        require("no_such_module_for_the_docs_test", "inspection", "Drawing inspection figures")
+    assert str(caught.value).endswith('it comes with the [inspection] extra of vit-keras3: '
+                                      'pip install -e ".[inspection]" in the vit_keras source tree')

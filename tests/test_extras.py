@@ -55,7 +55,7 @@ def test_import_vit_keras_loads_no_optional_package():
 
 
 def test_core_runs_and_missing_extras_are_named():
-    # Every optional package missing for the whole run, as in `pip install vit-keras3[tensorflow]`: a model builds
+    # Every optional package missing for the whole run, as in `pip install -e ".[tensorflow]"`: a model builds
     # and predicts, and each function that needs an extra says which one.
     result = _run(f"""
         import contextlib, io, json, sys
@@ -98,7 +98,7 @@ def test_core_runs_and_missing_extras_are_named():
                                 ("digits", "train", "sklearn"), ("demo", "train", "sklearn"),
                                 ("cli", "inspection", "matplotlib")]:
         assert found[key] is not None, f"{key} ran without {package}"
-        assert f"pip install 'vit-keras3[{extra}]'" in found[key], found[key]
+        assert f'pip install -e ".[{extra}]" in the vit_keras source tree' in found[key], found[key]
         assert package in found[key], found[key]
         assert key == "cli" or found[key].startswith("MissingExtraError: "), found[key]
 
