@@ -107,5 +107,5 @@ def test_require_returns_the_module_and_names_the_extra():
     assert require("json", "inspection", "Reading JSON").dumps([]) == "[]"
     with pytest.raises(MissingExtraError, match=r"Exporting needs no_such_module_xyz.*\[onnx\] extra") as caught:
         require("no_such_module_xyz.sub", "onnx", "Exporting")
-    assert str(caught.value).endswith(install_command("onnx"))
+    assert str(caught.value).endswith(f"{install_command('onnx')} in the vit_keras source tree")
     assert isinstance(caught.value.__cause__, ImportError)  # the original error stays attached
