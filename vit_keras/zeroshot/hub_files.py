@@ -22,7 +22,7 @@ def materialize(source: str, *, revision=None, token=None, cache_dir=None) -> st
     snapshot = hub.materialize(source, revision=revision, token=token, cache_dir=cache_dir)
     repo_id, _ = hub.parse(source, revision)
     commit = os.path.basename(snapshot)
-    missing = errors.LocalEntryNotFoundError if hub.offline() else errors.EntryNotFoundError
+    missing = errors.LocalEntryNotFoundError if hub.offline() else errors.RemoteEntryNotFoundError
     for name in (TOKENIZER_NAME, TOKENIZER_CONFIG_NAME):
         # A repository without them is refused when the tokenizer is read, naming what it has instead.
         with contextlib.suppress(missing):

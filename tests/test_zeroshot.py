@@ -1,0 +1,191 @@
+"""Zero-shot CLIP, SigLIP and SigLIP 2 (`vit_keras.zeroshot`): the reference cases of tests/fixtures/zeroshot/
+(tolerance and its source: tests/zeroshot_cases.py), the tokenizers' ids against the fixtures' and transformers',
+held-out random models made here with transformers, classification, the refusals, the `.keras` round trip and a hub
+id served by the local hub."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+
+import keras
+import numpy as np
+import pytest
+
+from tests import zeroshot_cases as cases
+from vit_keras import zeroshot
+from vit_keras.zeroshot.logits import l2_normalize
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {case: zeroshot.from_pretrained(os.path.join(cases.case_dir(case), "checkpoint"),
+                                           include_preprocessing=False) for case in cases.CASES}
+
+
+@pytest.mark.parametrize("case", cases.CASES)
+def test_reference_case_within_tolerance(models, case):
+    model = models[case]
+    ids, mask = cases.token_inputs(case)
+    found = cases.outputs(model, cases.normalised_images(case), ids, mask)
+    expected = cases.expected(case)
+    differences = cases.relative_differences(found, expected)
+    assert max(differences.values()) <= cases.RELATIVE_TOLERANCE, differences
+    assert (found["logits_per_image"].argmax(-1) == expected["logits_per_image"].argmax(-1)).all()
+
+
+@pytest.mark.parametrize("case", cases.CASES)
+def test_tokenizer_gives_the_fixture_ids(models, case):
+    ids, mask = models[case].tokenize(cases.texts(case))
+    np.testing.assert_array_equal(ids, np.load(os.path.join(cases.case_dir(case), "token_ids.npy")))
+    if cases.meta(case)["call"]["attention_mask_passed_to_model"]:
+        np.testing.assert_array_equal(mask, np.load(os.path.join(cases.case_dir(case), "attention_mask.npy")))
+    else:
+        assert mask is None  # SigLIP's reference passes no mask: none is offered
+
+
+def test_include_preprocessing_takes_0_255_images(models, case="clip"):
+    raw = zeroshot.from_pretrained(os.path.join(cases.case_dir(case), "checkpoint"))
+    images = np.load(os.path.join(cases.case_dir(case), "input.npy")).astype(np.float32)
+    np.testing.assert_allclose(raw.encode_image(images), cases.expected(case)["image_features"], atol=1e-5)
+
+
+@pytest.mark.parametrize("case", cases.CASES)
+def test_classify_scores_are_the_families_probabilities_of_the_logits(models, case):
+    model = models[case]
+    images = cases.normalised_images(case)
+    names = ["cat", "dog", "car"]
+    scores = model.classify(images, names)
+    text = zeroshot.l2_normalize(model.encode_text(*model.tokenize(names)))
+    logits = model.logits(model.encode_image(images), np.asarray(text))
+    if case == "clip":
+        want = np.exp(logits - logits.max(-1, keepdims=True))
+        want /= want.sum(-1, keepdims=True)
+        np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-6)
+    else:
+        want = 1 / (1 + np.exp(-logits))
+    np.testing.assert_allclose(scores, want, atol=1e-6)
+
+
+def test_prompt_ensemble_averages_normalised_template_embeddings(models):
+    model = models["clip"]
+    templates = ["a photo of a {}.", "a drawing of a {}!", "{}"]
+    names = ["cat", "dog"]
+    found = model.class_text_features(names, templates)
+    want = []
+    for name in names:
+        prompts = [template.format(name) for template in templates]
+        embeds = np.asarray(l2_normalize(model.encode_text(*model.tokenize(prompts))))
+        mean = embeds.mean(0)
+        want.append(mean / np.linalg.norm(mean))
+    np.testing.assert_allclose(found, np.stack(want), atol=1e-6)
+    scores = model.classify(cases.normalised_images("clip"), names, templates=templates)
+    logits = model.logits(model.encode_image(cases.normalised_images("clip")), found)
+    np.testing.assert_allclose(scores, keras.ops.convert_to_numpy(keras.ops.softmax(logits)), atol=1e-6)
+
+
+def test_long_text_is_truncated_as_transformers_once_with_a_warning(models):
+    from transformers import AutoTokenizer
+
+    long_texts = ["a photo of a cat " * 10, "a dog", "Don't stop 123! " * 6]
+    for case in cases.CASES:
+        reference = AutoTokenizer.from_pretrained(os.path.join(cases.case_dir(case), "checkpoint"))
+        want = reference(long_texts, padding="max_length", max_length=16, truncation=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ids, mask = models[case].tokenize(long_texts)
+        truncation = [w for w in caught if "truncated" in str(w.message)]
+        assert len(truncation) == 1 and "2 text(s)" in str(truncation[0].message), [str(w.message) for w in caught]
+        np.testing.assert_array_equal(ids, np.array(want["input_ids"]))
+        if mask is not None:
+            np.testing.assert_array_equal(mask, np.array(want["attention_mask"]))
+
+
+def _copy_checkpoint(case, tmp_path, skip=()):
+    target = tmp_path / case
+    shutil.copytree(os.path.join(cases.case_dir(case), "checkpoint"), target,
+                    ignore=lambda directory, names: [name for name in names if name in skip])
+    return target
+
+
+def test_refusals_name_the_problem_and_the_fix(models, tmp_path):
+    no_tokenizer = _copy_checkpoint("clip", tmp_path, skip=("tokenizer.json",))
+    with pytest.raises(ValueError, match=r"has no tokenizer\.json.*tokenizer\.save_pretrained"):
+        zeroshot.from_pretrained(no_tokenizer)
+    foreign = _copy_checkpoint("siglip", tmp_path)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(os.path.join(cases.case_dir("clip"), "checkpoint", name), foreign / name)
+    with pytest.raises(ValueError, match=r"ids up to 633.*113 rows.*not this model's"):
+        zeroshot.from_pretrained(foreign)
+    with pytest.raises(ValueError, match="no class names"):
+        models["clip"].classify(cases.normalised_images("clip"), [])
+    with pytest.raises(ValueError, match="templates must be strings with a"):
+        models["clip"].classify(cases.normalised_images("clip"), ["cat"], templates=["a photo"])
+    with pytest.raises(ValueError, match="got no texts"):
+        models["clip"].tokenize([])
+    with pytest.raises(ValueError, match="more than the context length 16"):
+        models["clip"].encode_text(np.zeros((1, 17), "int32"))
+    vision_only = tmp_path / "vision_only"
+    vision_only.mkdir()
+    (vision_only / "config.json").write_text(json.dumps({"model_type": "clip_vision_model"}))
+    with pytest.raises(ValueError, match="vision tower alone.*vit_keras.from_pretrained"):
+        zeroshot.from_pretrained(vision_only)
+    with pytest.raises(ValueError, match="is not a directory"):
+        zeroshot.from_pretrained(str(tmp_path / "missing"))
+    extra = _copy_checkpoint("clip", tmp_path / "extra")
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(str(extra / "model.safetensors"))
+    save_file({**tensors, "text_model.pooler.weight": np.zeros((2, 2), "float32")}, str(extra / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"text_model\.pooler\.weight.*nothing was loaded"):
+        zeroshot.from_pretrained(extra)
+    del tensors["text_projection.weight"]
+    save_file(tensors, str(extra / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"lacks 'text_projection\.weight'"):
+        zeroshot.from_pretrained(extra)
+
+
+@pytest.mark.slow
+def test_keras_round_trip_in_safe_mode(models, tmp_path):
+    for case in cases.CASES:
+        model = models[case]
+        ids, mask = cases.token_inputs(case)
+        images = cases.normalised_images(case)
+        for tower, inputs in (("image_model", images),
+                              ("text_model", {"token_ids": ids.astype("int32"),
+                                              "attention_mask": (np.ones_like(ids) if mask is None
+                                                                 else mask).astype("int32")})):
+            path = str(tmp_path / f"{case}_{tower}.keras")
+            getattr(model, tower).save(path)
+            loaded = keras.saving.load_model(path, safe_mode=True)
+            np.testing.assert_array_equal(np.asarray(loaded(inputs)), np.asarray(getattr(model, tower)(inputs)))
+
+
+def test_hub_id_through_the_local_hub(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from tests.local_hub import LocalHub
+
+    directory = os.path.join(cases.case_dir("siglip2"), "checkpoint")
+    files = {name: open(os.path.join(directory, name), "rb").read() for name in os.listdir(directory)}
+    server = LocalHub()
+    server.add("google/siglip2_tiny_test", files)
+    server.add("google/siglip2_no_tokenizer", {k: v for k, v in files.items() if not k.startswith("tokenizer")})
+    server.start()
+    try:
+        monkeypatch.setattr(constants, "ENDPOINT", server.endpoint)
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                            server.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf_cache"))
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        model = zeroshot.from_pretrained("hf-hub:google/siglip2_tiny_test", include_preprocessing=False)
+        ids, mask = model.tokenize(cases.texts("siglip2"))
+        np.testing.assert_array_equal(ids, np.load(os.path.join(cases.case_dir("siglip2"), "token_ids.npy")))
+        np.testing.assert_allclose(model.encode_text(ids, mask), cases.expected("siglip2")["text_features"],
+                                   atol=5e-5)
+        with pytest.raises(ValueError, match="has no tokenizer.json"):
+            zeroshot.from_pretrained("hf://google/siglip2_no_tokenizer")
+    finally:
+        server.stop()
