@@ -1,0 +1,173 @@
+"""Held-out zero-shot cases made here with transformers (random small models of other widths, depths and context
+lengths, towers of different widths; SigLIP 2 at a non-square image), saved with `save_pretrained` beside the
+fixtures' tokenizers, read through `vit_keras.zeroshot.from_pretrained` unchanged and compared with transformers'
+own outputs (same tolerance as the fixtures: tests/zeroshot_cases.py). And the fine-tuning losses against NumPy
+references, and a few `fit` steps on a small image-text set."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import keras
+import numpy as np
+import pytest
+
+from tests import zeroshot_cases as cases
+from vit_keras import zeroshot
+from vit_keras.zeroshot import losses
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+TEXTS = ["a photo of a cat", "a photo of a dog on the grass", "Don't stop 123!", "a red car"]
+# Each case: the family whose tokenizer it reuses, the config, the image size (H, W).
+HELDOUT = {
+    "clip_deeper_text_wider_vision": ("clip", dict(
+        text_config=dict(vocab_size=634, hidden_size=48, num_hidden_layers=3, num_attention_heads=4,
+                         intermediate_size=80, max_position_embeddings=20, hidden_act="quick_gelu",
+                         bos_token_id=632, eos_token_id=633, pad_token_id=633),
+        vision_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=40,
+                           image_size=24, patch_size=8, hidden_act="quick_gelu"),
+        projection_dim=16), (24, 24)),
+    "siglip_narrow_text": ("siglip", dict(
+        text_config=dict(vocab_size=113, hidden_size=24, num_hidden_layers=1, num_attention_heads=3,
+                         intermediate_size=48, max_position_embeddings=12, projection_size=40,
+                         eos_token_id=1, pad_token_id=1),
+        vision_config=dict(hidden_size=40, num_hidden_layers=3, num_attention_heads=4, intermediate_size=56,
+                           image_size=16, patch_size=4)), (16, 16)),
+    "siglip2_wide_image": ("siglip2", dict(
+        text_config=dict(vocab_size=442, hidden_size=40, num_hidden_layers=2, num_attention_heads=5,
+                         intermediate_size=64, max_position_embeddings=24, projection_size=24,
+                         eos_token_id=1, pad_token_id=0, bos_token_id=2),
+        vision_config=dict(hidden_size=24, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48,
+                           num_patches=16, patch_size=4)), (16, 24)),
+}
+CLASSES = {"clip": "CLIPModel", "siglip": "SiglipModel", "siglip2": "Siglip2Model"}
+CONFIGS = {"clip": "CLIPConfig", "siglip": "SiglipConfig", "siglip2": "Siglip2Config"}
+MEAN_STD = {"clip": (np.array([0.48145466, 0.4578275, 0.40821073]), np.array([0.26862954, 0.26130258, 0.27577711])),
+            "siglip": (0.5, 0.5), "siglip2": (0.5, 0.5)}
+
+
+def _make(name, directory):
+    family, config_args, size = HELDOUT[name]
+    torch.manual_seed(sum(map(ord, name)))
+    config = getattr(transformers, CONFIGS[family])(**config_args)
+    reference = getattr(transformers, CLASSES[family])(config).eval()
+    with torch.no_grad():
+        for parameter in reference.parameters():  # random weights far from the initialisation's symmetries
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    reference.save_pretrained(directory)
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(os.path.join(cases.case_dir(family), "checkpoint", file), os.path.join(directory, file))
+    return family, reference, size
+
+
+def _reference_outputs(family, reference, directory, images01, context):
+    from transformers import AutoTokenizer
+
+    tokens = AutoTokenizer.from_pretrained(directory)(TEXTS, padding="max_length", max_length=context,
+                                                      truncation=True, return_tensors="pt")
+    mean, std = MEAN_STD[family]
+    pixels = (images01 - mean) / std
+    kwargs = {"input_ids": tokens["input_ids"]}
+    if family != "siglip":
+        kwargs["attention_mask"] = tokens["attention_mask"]
+    if family == "siglip2":
+        patch = reference.config.vision_config.patch_size
+        n, h, w, c = pixels.shape
+        patches = pixels.reshape(n, h // patch, patch, w // patch, patch, c).transpose(0, 1, 3, 2, 4, 5)
+        kwargs.update(pixel_values=torch.tensor(patches.reshape(n, -1, patch * patch * c), dtype=torch.float32),
+                      pixel_attention_mask=torch.ones(n, patches.shape[1] * patches.shape[2], dtype=torch.long),
+                      spatial_shapes=torch.tensor([[h // patch, w // patch]] * n))
+    else:
+        kwargs["pixel_values"] = torch.tensor(pixels.transpose(0, 3, 1, 2), dtype=torch.float32)
+    with torch.no_grad():
+        out = reference(**kwargs)
+        image_kwargs = {k: v for k, v in kwargs.items() if k.startswith(("pixel", "spatial"))}
+        text_kwargs = {k: v for k, v in kwargs.items() if k in ("input_ids", "attention_mask")}
+        image_features = reference.get_image_features(**image_kwargs)
+        text_features = reference.get_text_features(**text_kwargs)
+    pooled = [getattr(f, "pooler_output", f) for f in (image_features, text_features)]
+    return tokens["input_ids"].numpy(), {
+        "image_features": pooled[0].numpy(), "text_features": pooled[1].numpy(),
+        "image_embeds": out.image_embeds.numpy(), "text_embeds": out.text_embeds.numpy(),
+        "logits_per_image": out.logits_per_image.numpy(), "logits_per_text": out.logits_per_text.numpy()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(HELDOUT))
+def test_heldout_model_matches_transformers(name, tmp_path):
+    family, reference, (height, width) = _make(name, str(tmp_path))
+    images = np.random.default_rng(1).uniform(0, 255, (2, height, width, 3)).astype(np.float32)
+    model = zeroshot.from_pretrained(str(tmp_path))  # RGB in [0, 255], the family's normalisation in the model
+    context = HELDOUT[name][1]["text_config"]["max_position_embeddings"]
+    want_ids, expected = _reference_outputs(family, reference, str(tmp_path), images.astype(np.float64) / 255,
+                                            context)
+    ids, mask = model.tokenize(TEXTS)
+    np.testing.assert_array_equal(ids, want_ids)
+    found = cases.outputs(model, images, ids, mask)
+    differences = cases.relative_differences(found, expected)
+    assert max(differences.values()) <= cases.RELATIVE_TOLERANCE, differences
+    assert (found["logits_per_image"].argmax(-1) == expected["logits_per_image"].argmax(-1)).all()
+
+
+def _numpy_contrastive(logits):
+    def cross_entropy(z):
+        z = z - z.max(-1, keepdims=True)
+        log_p = z - np.log(np.exp(z).sum(-1, keepdims=True))
+        return -np.diag(log_p).mean()
+
+    return (cross_entropy(logits) + cross_entropy(logits.T)) / 2
+
+
+def _numpy_sigmoid(logits):
+    labels = 2 * np.eye(len(logits)) - 1
+    return np.log1p(np.exp(-labels * logits)).sum() / len(logits)  # -log σ(x) = log(1 + e^-x)
+
+
+def test_losses_equal_numpy_references():
+    logits = np.random.default_rng(0).normal(0, 3, (6, 6)).astype(np.float32)
+    np.testing.assert_allclose(float(losses.contrastive_loss(logits)), _numpy_contrastive(logits.astype(np.float64)),
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(losses.sigmoid_loss(logits)), _numpy_sigmoid(logits.astype(np.float64)),
+                               rtol=1e-5)
+    dummy = np.zeros(6, np.float32)
+    np.testing.assert_allclose(float(losses.ContrastiveLoss()(dummy, logits)), float(losses.contrastive_loss(logits)),
+                               rtol=1e-6)
+    np.testing.assert_allclose(float(losses.SigmoidLoss()(dummy, logits)), float(losses.sigmoid_loss(logits)),
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match=r"\(batch, batch\) logits"):
+        losses.contrastive_loss(np.zeros(3, np.float32))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["clip", "siglip"])
+def test_a_few_fit_steps_lower_the_loss(case):
+    model = zeroshot.from_pretrained(os.path.join(cases.case_dir(case), "checkpoint"))
+    rng = np.random.default_rng(0)
+    names = ["cat", "dog", "car", "tree", "boat", "house", "bird", "fish"]
+    images = rng.uniform(0, 255, (len(names), 32, 32, 3)).astype(np.float32)
+    ids, mask = model.tokenize([f"a photo of a {name}" for name in names])
+    mask = np.ones_like(ids) if mask is None else mask
+    pairs = {"images": images, "token_ids": ids, "attention_mask": mask}
+    trainer = losses.training_model(model)
+    loss = losses.loss_for(model)
+    trainer.compile(optimizer=keras.optimizers.Adam(2e-4), loss=loss)
+    before = float(loss(np.zeros(len(names)), trainer(pairs)))
+    reference = (_numpy_contrastive if case == "clip" else _numpy_sigmoid)(
+        np.asarray(trainer(pairs), np.float64))
+    np.testing.assert_allclose(before, reference, rtol=1e-5)
+    history = trainer.fit(pairs, np.zeros(len(names), np.float32), batch_size=len(names), epochs=10, verbose=0)
+    after = float(loss(np.zeros(len(names)), trainer(pairs)))
+    assert after < 0.8 * before, (before, after, history.history["loss"])
+    # The fitted towers are the model's own: its encoders give the trained logits.
+    np.testing.assert_allclose(model.logits(model.encode_image(images), model.encode_text(ids, mask)),
+                               np.asarray(trainer(pairs)), atol=1e-4)
+
+
+def test_heldout_configs_are_what_they_claim():
+    # Other widths/depths/contexts than the fixtures (32 wide, 2 deep, context 16), and towers of unequal widths.
+    for _, config, _ in HELDOUT.values():
+        text, vision = config["text_config"], config["vision_config"]
+        assert text["max_position_embeddings"] != 16 and text["hidden_size"] != vision["hidden_size"]
