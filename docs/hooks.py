@@ -336,23 +336,74 @@ def family_fields_table() -> str:
     return "\n".join(lines)
 
 
+def variants_fields_table() -> str:
+    """`vit_keras.configs.VARIANTS` as a table for its API page: one row per variant, one column per `ViTConfig`
+    field that differs between variants (the others are the same for all, and listed under the table)."""
+    import dataclasses
+
+    variants, _, _ = _tables()
+    configs = list(variants.values())
+    names = [field.name for field in dataclasses.fields(configs[0]) if field.name != "name"]
+    varying = [name for name in names if len({repr(getattr(c, name)) for c in configs}) > 1]
+
+    def cell(value) -> str:
+        if dataclasses.is_dataclass(value):  # the ResNet stem of a hybrid
+            return ", ".join(f"{key}={_value(item)}" for key, item in dataclasses.asdict(value).items())
+        return "—" if value is None else _value(value)
+
+    lines = [_row(("key", *(f"`{name}`" for name in varying))), _row(("---",) + ("---:",) * len(varying))]
+    lines += [_row((f"`{key!r}`", *(cell(getattr(config, name)) for name in varying)))
+              for key, config in variants.items()]
+    same = [name for name in names if name not in varying]
+    lines.append("")
+    lines.append("Every variant has " + ", ".join(f"`{name}={_value(getattr(configs[0], name))}`" for name in same)
+                 + ".")
+    return "\n".join(lines)
+
+
 TABLES = {"variants": variants_table, "weights": weights_table, "timm_families": timm_families_table,
           "timm_tokens": timm_tokens_table, "transformers_families": transformers_families_table,
-          "family_fields": family_fields_table}
+          "family_fields": family_fields_table, "variants_fields": variants_fields_table}
+
+# `<!-- link-if-exists: PAGE | TEXT | LEAD -->`: "LEAD [TEXT](PAGE)." when the page PAGE (relative to docs/) exists,
+# nothing otherwise, for pages that are written in their own time (a link to a missing page fails the strict build).
+LINK_IF_EXISTS = re.compile(r"^<!-- link-if-exists: ([^|]+?) \| ([^|]+?) \| ([^|]*?) -->$", re.MULTILINE)
 
 
-def render(markdown: str) -> str:
-    """Replace every marker line with its table."""
+def _link_if_exists(markdown: str, page_path: str) -> str:
+    def link(match):
+        target, text, lead = match.group(1), match.group(2), match.group(3)
+        source_dir = (ROOT / "docs" / page_path).parent
+        if not (source_dir / target).is_file():
+            return ""
+        return f"{lead} [{text}]({target})." if lead else f"[{text}]({target})."
+    return LINK_IF_EXISTS.sub(link, markdown)
+
+
+def render(markdown: str, page_path: str = "index.md") -> str:
+    """Replace every marker line with its table (and conditional links with links)."""
     def table(match):
         name = match.group(1)
         if name not in TABLES:
             raise ValueError(f"Unknown generated table {name!r} in a docs page; known: {sorted(TABLES)}")
         return TABLES[name]()
-    return MARKER.sub(table, markdown)
+    return _link_if_exists(MARKER.sub(table, markdown), page_path)
+
+
+def package_version() -> str:
+    """`vit_keras.__version__`, read from the package's `__init__.py` without importing it."""
+    value = _assignments(PACKAGE / "__init__.py")["__version__"]
+    return ast.literal_eval(value)
+
+
+def on_config(config):
+    """The header shows the version: "vit_keras 0.1.0"."""
+    config["site_name"] = f"{config['site_name']} {package_version()}"
+    return config
 
 
 def on_page_markdown(markdown, page, config, files):  # noqa: ARG001 (MkDocs' hook signature)
-    return render(markdown)
+    return render(markdown, page.file.src_uri)
 
 
 # --- the dense-features page's figure ---------------------------------------------------------------------------
