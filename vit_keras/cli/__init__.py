@@ -13,7 +13,7 @@ import sys
 
 # Each module `vit_keras.cli.<name>` defines `register(subparsers)`, which adds its parser and sets
 # `func`; heavy imports (TensorFlow) happen inside the command so that `--help` answers at once.
-SUBCOMMANDS = ("predict", "convert", "train", "pretrain", "evaluate", "probe", "export", "inspect")
+SUBCOMMANDS = ("predict", "convert", "train", "pretrain", "evaluate", "probe", "export", "inspect", "zeroshot")
 
 
 def build_parser() -> argparse.ArgumentParser:

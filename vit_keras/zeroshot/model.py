@@ -51,9 +51,18 @@ class ZeroShotModel:
     """
 
     def __init__(self, image_model: keras.Model, text_model: keras.Model, logits_layer: ContrastiveLogits,
-                 tokenizer: Tokenizer | None, family: str, probabilities: str):
+                 tokenizer: Tokenizer | None, family: str, probabilities: str, patch_size: int | None = None):
         self.image_model, self.text_model, self.logits_layer = image_model, text_model, logits_layer
         self.tokenizer, self.family, self.probabilities = tokenizer, family, probabilities
+        self.patch_size = patch_size
+
+    @property
+    def image_size(self):
+        """(height, width) the image model takes, or None when it takes any size (SigLIP 2) or the NaFlex dict."""
+        shape = self.image_model.input_shape
+        if isinstance(shape, dict) or None in tuple(shape[1:3]):
+            return None
+        return tuple(int(side) for side in shape[1:3])
 
     @property
     def context_length(self) -> int:
@@ -128,7 +137,8 @@ def build(checkpoint: Checkpoint, *, include_preprocessing: bool = True, image_s
         logits.logit_bias.assign(checkpoint.head_params["logit_bias"])
     images = image_model(checkpoint, include_preprocessing=include_preprocessing, image_size=image_size,
                          flexible=flexible)
-    return ZeroShotModel(images, text, logits, tokenizer, checkpoint.family_name, checkpoint.family.probabilities)
+    return ZeroShotModel(images, text, logits, tokenizer, checkpoint.family_name, checkpoint.family.probabilities,
+                         patch_size=checkpoint.vision_config.get("patch_size"))
 
 
 def from_pretrained(source, *, include_preprocessing: bool = True, image_size=None, flexible: bool = False,
