@@ -45,16 +45,18 @@ def assign(slots: dict, params: dict, source: str) -> None:
 class ZeroShotModel:
     """Image and text towers with their logits and tokenizer.
 
-    `image_model`: images → image features; `text_model`: `{"token_ids", "attention_mask"}` → text features
-    (both projected, not normalised; Keras models, any backend). `logits_layer`: `ContrastiveLogits` with the
-    checkpoint's scale (and SigLIP's bias). `family`: `"clip"`, `"siglip"` or `"siglip2"`.
+    `image_model`: images → image features (RGB in [0, 255] when `include_preprocessing`); `text_model`:
+    `{"token_ids", "attention_mask"}` → text features (both projected, not normalised; Keras models, any backend).
+    `logits_layer`: `ContrastiveLogits` with the checkpoint's scale (and SigLIP's bias). `family`: `"clip"`,
+    `"siglip"` or `"siglip2"`. `patch_size`: the vision tower's.
     """
 
     def __init__(self, image_model: keras.Model, text_model: keras.Model, logits_layer: ContrastiveLogits,
-                 tokenizer: Tokenizer | None, family: str, probabilities: str, patch_size: int | None = None):
+                 tokenizer: Tokenizer | None, family: str, probabilities: str, patch_size: int | None = None,
+                 include_preprocessing: bool = True):
         self.image_model, self.text_model, self.logits_layer = image_model, text_model, logits_layer
         self.tokenizer, self.family, self.probabilities = tokenizer, family, probabilities
-        self.patch_size = patch_size
+        self.patch_size, self.include_preprocessing = patch_size, bool(include_preprocessing)
 
     @property
     def image_size(self):
@@ -138,7 +140,8 @@ def build(checkpoint: Checkpoint, *, include_preprocessing: bool = True, image_s
     images = image_model(checkpoint, include_preprocessing=include_preprocessing, image_size=image_size,
                          flexible=flexible)
     return ZeroShotModel(images, text, logits, tokenizer, checkpoint.family_name, checkpoint.family.probabilities,
-                         patch_size=checkpoint.vision_config.get("patch_size"))
+                         patch_size=checkpoint.vision_config.get("patch_size"),
+                         include_preprocessing=include_preprocessing)
 
 
 def from_pretrained(source, *, include_preprocessing: bool = True, image_size=None, flexible: bool = False,

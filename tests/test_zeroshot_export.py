@@ -1,0 +1,94 @@
+"""The zero-shot SavedModel (`vit_keras.zeroshot.export`): its signatures, loaded in a TensorFlow process that
+never imports vit_keras, give what the Keras towers give (float32, the same graph ops: 1e-5 absolute on features
+of magnitude ~3 covers the difference between eager and graph kernels)."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+
+from tests import zeroshot_cases as cases
+from vit_keras import zeroshot
+from vit_keras.zeroshot import export
+
+pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModel export runs on TF")
+TOLERANCE = 1e-5
+LABELS = ["cat", "dog", "red car"]
+TEMPLATES = ["a photo of a {}.", "{}"]
+
+# Run in a fresh interpreter: TensorFlow only; a vit_keras import would fail the run.
+LOADER = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+    sys.modules["vit_keras"] = None  # any import of vit_keras raises ImportError
+    path, inputs, out = sys.argv[1], np.load(sys.argv[2]), sys.argv[3]
+    loaded = tf.saved_model.load(path)
+    s = loaded.signatures
+    images, ids, mask = (tf.constant(inputs[name]) for name in ("images", "token_ids", "attention_mask"))
+    result = dict(image_features=s["encode_image"](images=images)["image_features"].numpy(),
+                  text_features=s["encode_text"](token_ids=ids, attention_mask=mask)["text_features"].numpy())
+    classified = s["classify"](images=images, token_ids=ids, attention_mask=mask)
+    result.update(logits=classified["logits_per_image"].numpy(), scores=classified["scores"].numpy())
+    if "encode_image_bytes" in s:
+        result["bytes_features"] = s["encode_image_bytes"](image_bytes=tf.constant(list(inputs["png"])))[
+            "image_features"].numpy()
+    labelled = s["classify_labels"](images=images)
+    result.update(label_scores=labelled["scores"].numpy(),
+                  top_labels=np.array([x.decode() for x in labelled["top_labels"].numpy()]))
+    np.savez(out, **result)
+    print(json.dumps(sorted(s)))
+""")
+
+
+def _png(image):
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(image.astype(np.uint8)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["clip", "siglip2"])
+def test_saved_model_loads_without_vit_keras_and_matches_the_towers(case, tmp_path):
+    model = zeroshot.from_pretrained(os.path.join(cases.case_dir(case), "checkpoint"))
+    images = np.load(os.path.join(cases.case_dir(case), "input.npy")).round().astype(np.float32)
+    ids, mask = model.tokenize(cases.texts(case))
+    mask = np.ones_like(ids) if mask is None else mask
+    path = export.saved_model(model, str(tmp_path / "zeroshot"), class_names=LABELS, templates=TEMPLATES)
+    inputs = str(tmp_path / "inputs.npz")
+    np.savez(inputs, images=images, token_ids=ids, attention_mask=mask,
+             png=np.array([_png(image) for image in images], dtype=object).astype(bytes))
+    out = str(tmp_path / "out.npz")
+    run = subprocess.run([sys.executable, "-c", LOADER, path, inputs, out], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, PYTHONPATH=""), cwd=str(tmp_path))
+    assert run.returncode == 0, run.stderr[-3000:]
+    signatures = json.loads(run.stdout.strip().splitlines()[-1])
+    fixed = model.image_size is not None
+    assert signatures == sorted(["classify", "classify_labels", "encode_image", "encode_text",
+                                 *(["encode_image_bytes"] if fixed else [])])
+    found = np.load(out)
+    image_features, text_features = model.encode_image(images), model.encode_text(ids, mask)
+    np.testing.assert_allclose(found["image_features"], image_features, atol=TOLERANCE)
+    np.testing.assert_allclose(found["text_features"], text_features, atol=TOLERANCE)
+    np.testing.assert_allclose(found["logits"], model.logits(image_features, text_features), atol=10 * TOLERANCE)
+    if fixed:  # PNG is lossless and the images are at the model's size: decoding gives the same pixels
+        np.testing.assert_allclose(found["bytes_features"], image_features, atol=TOLERANCE)
+    want = model.classify(images, LABELS, templates=TEMPLATES)
+    np.testing.assert_allclose(found["label_scores"], want, atol=TOLERANCE)
+    assert list(found["top_labels"]) == [LABELS[i] for i in want.argmax(-1)]
+
+
+def test_export_refuses_what_it_cannot_serve(tmp_path):
+    checkpoint = os.path.join(cases.case_dir("clip"), "checkpoint")
+    with pytest.raises(ValueError, match="include_preprocessing=True"):
+        export.saved_model(zeroshot.from_pretrained(checkpoint, include_preprocessing=False), str(tmp_path / "a"))
+    with pytest.raises(ValueError, match="class_names is empty"):
+        export.saved_model(zeroshot.from_pretrained(checkpoint), str(tmp_path / "b"), class_names=[])

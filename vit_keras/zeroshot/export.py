@@ -1,0 +1,140 @@
+"""A zero-shot model as one SavedModel that TensorFlow loads without vit_keras (`tf.saved_model.load`, TF Serving).
+
+Signatures (images are RGB in [0, 255]; the features are projected, not normalised, as `ZeroShotModel`'s):
+
+- `encode_image`: `images` float32 (batch, H, W, 3) → `image_features`.
+- `encode_image_bytes` (models of a fixed image size): `image_bytes` string (batch,), encoded JPEG/PNG/GIF/BMP,
+  decoded and resized as `vit_keras.export` does (bilinear, no crop) → `image_features`. A request with an image
+  that cannot be decoded fails as a whole.
+- `encode_text`: `token_ids` int32 (batch, T ≤ context), `attention_mask` int32 (batch, T) → `text_features`.
+  The SavedModel takes token ids, not strings: the checkpoints' tokenizers (CLIP's byte-level BPE, SigLIP's
+  Unigram, Gemma's BPE with byte fallback) are not in the graph. Tokenize with `ZeroShotModel.tokenize` (or the
+  checkpoint's own tokenizer) on the client.
+- `classify`: `images`, `token_ids`, `attention_mask` → `logits_per_image` (batch, texts) and `scores` (softmax
+  over the texts for CLIP, a sigmoid per text for SigLIP).
+- `classify_labels` (when `class_names` are given at export): `images` → `scores` (batch, classes) over the class
+  names, their text features (with `templates`, the prompt ensemble) computed once at export; `labels` string
+  (classes,) and `top_labels` string (batch,) name them.
+
+Written to a temporary directory beside `export_dir` and renamed into place. Exported from the TensorFlow backend.
+
+Example (an export takes seconds; tests/test_zeroshot_export.py runs it)::
+
+    m = zeroshot.from_pretrained("tests/fixtures/zeroshot/clip/checkpoint")
+    saved_model(m, "clip_savedmodel", class_names=["cat", "dog"])
+    sorted(tf.saved_model.load("clip_savedmodel").signatures)
+    # ['classify', 'classify_labels', 'encode_image', 'encode_image_bytes', 'encode_text']
+"""
+
+from __future__ import annotations
+
+import os
+
+import keras
+
+from vit_keras.zeroshot.text import ATTENTION_MASK, TOKEN_IDS
+
+IMAGES = "images"
+IMAGE_BYTES = "image_bytes"
+
+
+def _check(model) -> None:
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError("vit_keras.zeroshot.export writes a TensorFlow SavedModel from the TensorFlow backend; save "
+                         "the towers (m.image_model.save('image.keras'), m.text_model.save('text.keras')) or run the "
+                         "export in a process started with KERAS_BACKEND=tensorflow.")
+    shape = model.image_model.input_shape
+    if isinstance(shape, dict) or isinstance(model.image_model.input, dict):
+        raise ValueError("The NaFlex (flexible=True) image model takes a dict of patches; export a model built with "
+                         "flexible=False, which takes images.")
+    if not model.include_preprocessing:
+        raise ValueError("The image model was built with include_preprocessing=False; the SavedModel takes RGB in "
+                         "[0, 255]: build it with vit_keras.zeroshot.from_pretrained(..., include_preprocessing=True).")
+
+
+def build_module(model, class_names=None, templates=None, max_image_pixels=None):
+    """`(module, signatures)`: a `tf.Module` holding the towers' variables and the serving `tf.function`s."""
+    import tensorflow as tf
+
+    from vit_keras.export.signatures import decode_images
+
+    _check(model)
+    image_size = model.image_size
+    softmax = model.probabilities == "softmax"
+
+    def image_features(images):
+        return model.image_model(images, training=False)
+
+    def text_features(ids, mask):
+        return model.text_model({TOKEN_IDS: ids, ATTENTION_MASK: mask}, training=False)
+
+    def scores(logits):
+        return tf.nn.softmax(logits, axis=-1) if softmax else tf.sigmoid(logits)
+
+    height, width = (None, None) if image_size is None else image_size
+    images_spec = tf.TensorSpec((None, height, width, 3), tf.float32, name=IMAGES)
+    ids_spec = tf.TensorSpec((None, None), tf.int32, name=TOKEN_IDS)
+    mask_spec = tf.TensorSpec((None, None), tf.int32, name=ATTENTION_MASK)
+
+    @tf.function(input_signature=[images_spec], autograph=False)
+    def encode_image(images):
+        return {"image_features": image_features(images)}
+
+    @tf.function(input_signature=[ids_spec, mask_spec], autograph=False)
+    def encode_text(token_ids, attention_mask):
+        return {"text_features": text_features(token_ids, attention_mask)}
+
+    @tf.function(input_signature=[images_spec, ids_spec, mask_spec], autograph=False)
+    def classify(images, token_ids, attention_mask):
+        logits = model.logits_layer(image_features(images), text_features(token_ids, attention_mask))
+        return {"logits_per_image": logits, "scores": scores(logits)}
+
+    functions = {"encode_image": encode_image, "encode_text": encode_text, "classify": classify}
+    if image_size is not None:
+        from vit_keras.images import max_image_pixels as default_max_pixels
+
+        limit = default_max_pixels() if max_image_pixels is None else int(max_image_pixels)
+
+        @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name=IMAGE_BYTES)], autograph=False)
+        def encode_image_bytes(image_bytes):
+            return {"image_features": image_features(decode_images(image_bytes, image_size, limit))}
+
+        functions["encode_image_bytes"] = encode_image_bytes
+    module = tf.Module(name="zeroshot_serving")
+    if class_names is not None:
+        names = list(class_names)
+        class_features = tf.constant(model.class_text_features(names, templates), tf.float32)
+        labels = tf.constant(names, tf.string)
+        module.class_features = class_features
+
+        @tf.function(input_signature=[images_spec], autograph=False)
+        def classify_labels(images):
+            class_scores = scores(model.logits_layer(image_features(images), class_features))
+            return {"scores": class_scores, "labels": labels,
+                    "top_labels": tf.gather(labels, tf.argmax(class_scores, axis=-1))}
+
+        functions["classify_labels"] = classify_labels
+    # The towers' variables, not the Keras models: a compiled model would drag its optimizer state along.
+    module.model_variables = [*model.image_model.variables, *model.text_model.variables,
+                              *model.logits_layer.variables]
+    for name, function in functions.items():
+        setattr(module, name, function)
+    return module, functions
+
+
+def saved_model(model, export_dir, *, class_names=None, templates=None, overwrite: bool = False,
+                max_image_pixels=None) -> str:
+    """Write the SavedModel of `model` (a `ZeroShotModel` built with `include_preprocessing=True`) to
+    `export_dir` and return its path; `class_names` (and `templates`) add `classify_labels`."""
+    import tensorflow as tf
+
+    from vit_keras.files import atomic_directory
+
+    export_dir = os.fspath(export_dir)
+    if class_names is not None and not list(class_names):
+        raise ValueError("class_names is empty; pass the labels classify_labels should score, or None.")
+    module, functions = build_module(model, class_names, templates, max_image_pixels)
+    with atomic_directory(export_dir, overwrite=overwrite) as tmp:
+        tf.saved_model.save(module, tmp, signatures=functions)
+    return export_dir
+
