@@ -52,8 +52,9 @@ class Tokenizer:
     def from_directory(cls, path: str, *, context_length: int, return_mask: bool = True) -> Tokenizer:
         """The tokenizer saved in `path` (a transformers directory). Refuses a directory without `tokenizer.json`
         (naming the slow tokenizer files it has instead) and a tokenizer without a pad token."""
-        from tokenizers import Tokenizer as Backend
+        from vit_keras.extras import require
 
+        Backend = require("tokenizers", "zeroshot", "Reading a checkpoint's tokenizer (tokenizer.json)").Tokenizer
         file = os.path.join(path, TOKENIZER_NAME)
         if not os.path.isfile(file):
             slow = sorted(name for name in SLOW_TOKENIZER_FILES if os.path.isfile(os.path.join(path, name)))
