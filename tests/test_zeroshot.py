@@ -189,3 +189,23 @@ def test_hub_id_through_the_local_hub(tmp_path, monkeypatch):
             zeroshot.from_pretrained("hf://google/siglip2_no_tokenizer")
     finally:
         server.stop()
+
+
+def test_siglip2_naflex_dict_matches_the_reference(models):
+    # The fixture's own NaFlex call (meta["call"]["naflex"]): (p, p, C) patches in row-major grid order.
+    naflex = cases.meta("siglip2")["call"]["naflex"]
+    patch, (rows, cols) = naflex["patch_size"], naflex["grid"]
+    flexible = zeroshot.from_pretrained(os.path.join(cases.case_dir("siglip2"), "checkpoint"),
+                                        include_preprocessing=False, flexible=True)
+    images = cases.normalised_images("siglip2")
+    n, h, w, c = images.shape
+    patches = images.reshape(n, rows, patch, cols, patch, c).transpose(0, 1, 3, 2, 4, 5)
+    inputs = {"patches": patches.reshape(n, rows * cols, patch * patch * c),
+              "grid": np.array([[rows, cols]] * n, "int32"), "mask": np.ones((n, rows * cols), "int32")}
+    found = flexible.encode_image(inputs)
+    expected = cases.expected("siglip2")["image_features"]
+    assert np.abs(found - expected).max() <= cases.RELATIVE_TOLERANCE * max(1.0, np.abs(expected).max())
+    # Padding patches (mask 0) after the valid ones change nothing.
+    padded = {"patches": np.concatenate([inputs["patches"], np.ones((n, 4, patch * patch * c), "float32")], 1),
+              "grid": inputs["grid"], "mask": np.concatenate([inputs["mask"], np.zeros((n, 4), "int32")], 1)}
+    np.testing.assert_allclose(flexible.encode_image(padded), found, atol=1e-5)
