@@ -209,3 +209,55 @@ def test_siglip2_naflex_dict_matches_the_reference(models):
     padded = {"patches": np.concatenate([inputs["patches"], np.ones((n, 4, patch * patch * c), "float32")], 1),
               "grid": inputs["grid"], "mask": np.concatenate([inputs["mask"], np.zeros((n, 4), "int32")], 1)}
     np.testing.assert_allclose(flexible.encode_image(padded), found, atol=1e-5)
+
+
+MIXED_TEXTS = ["A Photo of a CAT", "Don't stop 123!  two   spaces", "ÉCOLE café", "x" * 40]
+
+
+def _restyled(case, tmp_path, tokenizer_edit, config_edit):
+    """The fixture's checkpoint with its tokenizer files rewritten as another writer might have saved them."""
+    directory = _copy_checkpoint(case, tmp_path)
+    with open(directory / "tokenizer.json", encoding="utf-8") as f:
+        tokenizer = json.load(f)
+    with open(directory / "tokenizer_config.json", encoding="utf-8") as f:
+        config = json.load(f)
+    tokenizer_edit(tokenizer)
+    config_edit(config)
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer), encoding="utf-8")
+    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return directory
+
+
+def _gemma_file(tokenizer):
+    # As a Gemma tokenizer is saved: no lowercasing, <bos> prepended and no <eos>.
+    tokenizer["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    tokenizer["post_processor"] = {"type": "TemplateProcessing",
+                                   "single": [{"SpecialToken": {"id": "<bos>", "type_id": 0}},
+                                              {"Sequence": {"id": "A", "type_id": 0}}],
+                                   "pair": [{"Sequence": {"id": "A", "type_id": 0}},
+                                            {"Sequence": {"id": "B", "type_id": 1}}],
+                                   "special_tokens": {"<bos>": {"id": "<bos>", "ids": [2], "tokens": ["<bos>"]}}}
+
+
+@pytest.mark.parametrize("variant", ["siglip2_gemma_class", "siglip2_no_padding_side", "clip_no_lowercase"])
+def test_tokenizer_files_of_other_writers_give_transformers_ids(variant, tmp_path):
+    from transformers import AutoTokenizer
+
+    case = variant.split("_")[0]
+    if variant == "siglip2_gemma_class":
+        # Named GemmaTokenizer, as google/siglip2-* name it: transformers runs Siglip2Tokenizer's pipeline (lowercase)
+        # with the file's post-processor; the add_*_token flags do not rebuild it (transformers 5.23).
+        directory = _restyled(case, tmp_path, _gemma_file, lambda c: c.update(
+            tokenizer_class="GemmaTokenizer", add_bos_token=False, add_eos_token=True))
+    elif variant == "siglip2_no_padding_side":  # neither the config nor the file says: Siglip2Tokenizer's left
+        directory = _restyled(case, tmp_path, lambda t: t.update(padding=None), lambda c: c.pop("padding_side"))
+    else:  # a CLIP file without lowercasing: CLIPTokenizer lowercases all the same
+        directory = _restyled(case, tmp_path, lambda t: t["normalizer"]["normalizers"].pop(), lambda c: None)
+    reference = AutoTokenizer.from_pretrained(str(directory))
+    want = reference(MIXED_TEXTS, padding="max_length", max_length=16, truncation=True)
+    model = zeroshot.from_pretrained(directory)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ids, mask = model.tokenize(MIXED_TEXTS)
+    np.testing.assert_array_equal(ids, np.array(want["input_ids"]))
+    np.testing.assert_array_equal(mask, np.array(want["attention_mask"]))

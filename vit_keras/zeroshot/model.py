@@ -165,7 +165,7 @@ def from_pretrained(source, *, include_preprocessing: bool = True, image_size=No
                              "CLIPModel, SiglipModel or Siglip2Model, or its hub id (hf-hub:ORG/NAME).")
     checkpoint = read_checkpoint(path)
     config = checkpoint.text_config
-    tokenizer = Tokenizer.from_directory(path, context_length=config.context_length,
+    tokenizer = Tokenizer.from_directory(path, context_length=config.context_length, family=checkpoint.family_name,
                                          return_mask=checkpoint.family.use_attention_mask)
     if tokenizer.max_id >= config.vocab_size:
         raise ValueError(f"{tokenizer.source!r} gives ids up to {tokenizer.max_id}, but the text tower's embedding "

@@ -1,11 +1,21 @@
 """The tokenizer a checkpoint ships (`tokenizer.json` + `tokenizer_config.json`, as transformers' fast tokenizers
-save them), run with the `tokenizers` library and batched as each family's reference expects: every text padded
-(right) to the context length (the text tower's `max_position_embeddings`) with the checkpoint's pad token
-(CLIP: `<|endoftext|>`, SigLIP: `</s>`, SigLIP 2: `<pad>`), longer texts truncated to it (said once, as a
-warning). The ids are transformers' `tokenizer(texts, padding="max_length", max_length=context, truncation=True)`.
+save them), run with the `tokenizers` library and batched as each family's reference expects: every text padded to
+the context length (the text tower's `max_position_embeddings`) with the checkpoint's pad token (CLIP:
+`<|endoftext|>`, SigLIP: `</s>`, SigLIP 2: `<pad>`), longer texts truncated to it (said once, as a warning). The
+ids are transformers' `AutoTokenizer.from_pretrained(directory)(texts, padding="max_length", max_length=context,
+truncation=True)`.
+
+transformers 5 does not run a CLIP or SigLIP 2 `tokenizer.json` as it is: `CLIPTokenizer` and `Siglip2Tokenizer`
+(which transformers uses for every `siglip2` checkpoint, whatever class its tokenizer_config.json names) keep only
+the file's vocabulary and merges and rebuild the rest of the pipeline (normaliser, pre-tokenizer, model switches,
+CLIP's post-processor) as their code says. `PIPELINES` holds those pipelines as data, so that a file written by
+another version or library gives transformers' ids. SigLIP 2 keeps the file's post-processor (transformers 5.23
+does not rebuild it from tokenizer_config.json's `add_bos_token` / `add_eos_token`). Other tokenizers (SigLIP's, in
+the generic class) run as saved.
 
 Example:
-    >>> tokenizer = Tokenizer.from_directory("tests/fixtures/zeroshot/clip/checkpoint", context_length=16)
+    >>> tokenizer = Tokenizer.from_directory("tests/fixtures/zeroshot/clip/checkpoint", context_length=16,
+    ...                                      family="clip")
     >>> ids, mask = tokenizer(["a photo of a cat"])
     >>> ids.shape, int(mask.sum()), int(ids[0, 0]) == tokenizer.token_id("<|startoftext|>")
     ((1, 16), 7, True)
@@ -13,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import warnings
@@ -23,6 +34,49 @@ TOKENIZER_NAME = "tokenizer.json"
 TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
 # Sentencepiece and BPE vocab files of the slow tokenizers, which the `tokenizers` library cannot read.
 SLOW_TOKENIZER_FILES = ("spiece.model", "tokenizer.model", "vocab.json", "merges.txt", "sentencepiece.bpe.model")
+# CLIP's split (transformers 5.23 `CLIPTokenizer`): its special tokens, English contractions, letters, single digits,
+# runs of other non-space characters.
+CLIP_SPLIT = r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    """How transformers' tokenizer class of a family runs a tokenizer.json: the parts it replaces (tokenizers'
+    JSON forms; None keeps the file's), the BPE model's switches, whether the post-processor is CLIP's
+    `<|startoftext|> $A <|endoftext|>`, the class's default special tokens and padding side (used when neither
+    tokenizer_config.json nor the file's padding names them)."""
+
+    normalizer: dict | None = None
+    pre_tokenizer: dict | None = None
+    model: dict | None = None
+    clip_post_processor: bool = False
+    defaults: dict = dataclasses.field(default_factory=dict)
+    padding_side: str = "right"
+
+
+PIPELINES = {
+    "clip": Pipeline(
+        normalizer={"type": "Sequence", "normalizers": [
+            {"type": "NFC"}, {"type": "Replace", "pattern": {"Regex": r"\s+"}, "content": " "}, {"type": "Lowercase"}]},
+        pre_tokenizer={"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": CLIP_SPLIT}, "behavior": "Removed", "invert": True},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]},
+        model={"type": "BPE", "dropout": None, "continuing_subword_prefix": "", "end_of_word_suffix": "</w>",
+               "fuse_unk": False, "byte_fallback": False},
+        clip_post_processor=True,
+        defaults={"unk_token": "<|endoftext|>", "bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>",
+                  "pad_token": "<|endoftext|>"}),
+    # Gemma's BPE with byte fallback, lowercased first (SigLIP 2 was trained on lowercased text).
+    "siglip2": Pipeline(
+        normalizer={"type": "Sequence", "normalizers": [
+            {"type": "Lowercase"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+        pre_tokenizer={"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False},
+        model={"type": "BPE", "dropout": None, "continuing_subword_prefix": None, "end_of_word_suffix": None,
+               "fuse_unk": True, "byte_fallback": True},
+        defaults={"unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"},
+        padding_side="left"),
+    "siglip": Pipeline(),
+}
 
 
 def _special(value):
@@ -32,14 +86,31 @@ def _special(value):
     return value
 
 
+def _rebuilt(tokenizer_json: dict, pipeline: Pipeline, unk_token) -> str:
+    """The tokenizer.json text with the family's pipeline in place of the file's."""
+    out = dict(tokenizer_json)
+    out["truncation"] = out["padding"] = None
+    for part in ("normalizer", "pre_tokenizer"):
+        if getattr(pipeline, part) is not None:
+            out[part] = getattr(pipeline, part)
+    if pipeline.model is not None:
+        model = out.get("model") or {}
+        if model.get("type") != pipeline.model["type"]:
+            raise ValueError(f"the tokenizer's model is {model.get('type')!r}, not the {pipeline.model['type']} "
+                             "this model family's tokenizer uses; save the model's own tokenizer beside it.")
+        out["model"] = {**model, **pipeline.model, "unk_token": unk_token}
+    return json.dumps(out)
+
+
 class Tokenizer:
     """A checkpoint's tokenizer: `tokenizer(texts) -> (token_ids, attention_mask)`, int32 NumPy arrays of shape
-    (len(texts), context_length); `return_mask=False` (SigLIP, whose reference passes no mask) gives None as the
-    mask."""
+    (len(texts), context_length), padded on `padding_side`; `return_mask=False` (SigLIP, whose reference passes no
+    mask) gives None as the mask."""
 
     def __init__(self, backend, *, context_length: int, pad_token: str, return_mask: bool = True,
-                 source: str = "the tokenizer"):
+                 source: str = "the tokenizer", padding_side: str = "right"):
         self.backend = backend
+        self.padding_side = padding_side
         self.source = source
         self.context_length = int(context_length)
         self.pad_token = pad_token
@@ -49,12 +120,14 @@ class Tokenizer:
         backend.no_truncation()
 
     @classmethod
-    def from_directory(cls, path: str, *, context_length: int, return_mask: bool = True) -> Tokenizer:
-        """The tokenizer saved in `path` (a transformers directory). Refuses a directory without `tokenizer.json`
-        (naming the slow tokenizer files it has instead) and a tokenizer without a pad token."""
+    def from_directory(cls, path: str, *, context_length: int, family: str = "siglip",
+                       return_mask: bool = True) -> Tokenizer:
+        """The tokenizer saved in `path` (a transformers directory), run as transformers runs it for `family`.
+        Refuses a directory without `tokenizer.json` (naming the slow tokenizer files it has instead) and a
+        tokenizer without a pad token."""
         from vit_keras.extras import require
 
-        Backend = require("tokenizers", "zeroshot", "Reading a checkpoint's tokenizer (tokenizer.json)").Tokenizer
+        tokenizers = require("tokenizers", "zeroshot", "Reading a checkpoint's tokenizer (tokenizer.json)")
         file = os.path.join(path, TOKENIZER_NAME)
         if not os.path.isfile(file):
             slow = sorted(name for name in SLOW_TOKENIZER_FILES if os.path.isfile(os.path.join(path, name)))
@@ -68,18 +141,33 @@ class Tokenizer:
         if os.path.isfile(config_file):
             with open(config_file, encoding="utf-8") as f:
                 config = json.load(f)
-        pad = _special(config.get("pad_token"))
-        backend = Backend.from_file(file)
-        if pad is None and backend.padding is not None:
-            pad = backend.padding.get("pad_token")
+        pipeline = PIPELINES[family]
+        special = {name: _special(config.get(name, pipeline.defaults.get(name)))
+                   for name in ("unk_token", "bos_token", "eos_token", "pad_token")}
+        with open(file, encoding="utf-8") as f:
+            tokenizer_json = json.load(f)
+        try:
+            backend = tokenizers.Tokenizer.from_str(_rebuilt(tokenizer_json, pipeline, special["unk_token"]))
+        except ValueError as error:
+            raise ValueError(f"{file!r}: {error}") from None
+        # As transformers: the config's pad token and side, else the ones the file's padding names, else the class's.
+        padding = tokenizer_json.get("padding") or {}
+        pad = _special(config.get("pad_token")) or padding.get("pad_token") or special["pad_token"]
         if pad is None:
             raise ValueError(f"{config_file!r} names no pad_token, so texts cannot be batched as the model expects; "
                              "add the pad token the model was trained with (CLIP: '<|endoftext|>', SigLIP: '</s>', "
                              "SigLIP 2: '<pad>').")
-        if config.get("padding_side", "right") != "right":
-            raise ValueError(f"{config_file!r}: padding_side {config['padding_side']!r}; the text towers read "
-                             "right-padded ids.")
-        return cls(backend, context_length=context_length, pad_token=pad, return_mask=return_mask, source=file)
+        side = config.get("padding_side") or str(padding.get("direction", pipeline.padding_side)).lower()
+        if side not in ("left", "right"):
+            raise ValueError(f"{config_file!r}: padding_side {side!r} is neither 'left' nor 'right'.")
+        tokenizer = cls(backend, context_length=context_length, pad_token=pad, return_mask=return_mask, source=file,
+                        padding_side=side)
+        if pipeline.clip_post_processor:
+            backend.post_processor = tokenizers.processors.RobertaProcessing(
+                (special["eos_token"], tokenizer.token_id(special["eos_token"])),
+                (special["bos_token"], tokenizer.token_id(special["bos_token"])), trim_offsets=False,
+                add_prefix_space=False)
+        return tokenizer
 
     def token_id(self, token: str) -> int:
         index = self.backend.token_to_id(token)
@@ -113,8 +201,10 @@ class Tokenizer:
             if len(encoding.ids) > context:
                 long.append(text)
                 encoding = self._truncated(text)
-            ids[row, : len(encoding.ids)] = encoding.ids
-            mask[row, : len(encoding.ids)] = 1
+            place = slice(0, len(encoding.ids)) if self.padding_side == "right" else slice(context - len(encoding.ids),
+                                                                                           context)
+            ids[row, place] = encoding.ids
+            mask[row, place] = 1
         if long:
             warnings.warn(f"{len(long)} text(s) are longer than the model's context of {context} tokens and were "
                           f"truncated (as the reference tokenizer does), e.g. {long[0][:60]!r}.", stacklevel=2)
