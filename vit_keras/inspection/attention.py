@@ -209,7 +209,8 @@ def flexible_attention_maps(model, batch, layer: int = -1) -> list[AttentionMaps
         >>> from vit_keras.images import naflex_patches
         >>> model = vit_keras.ViT(flexible=True, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
         >>> images = [np.zeros((16, 40, 3)), np.zeros((24, 24, 3))]
-        >>> [maps.rollout.shape for maps in flexible_attention_maps(model, naflex_patches(images, 8, 10, resize=False))]
+        >>> batch = naflex_patches(images, 8, 10, resize=False)
+        >>> [maps.rollout.shape for maps in flexible_attention_maps(model, batch)]
         [(1, 2, 5), (1, 3, 3)]
     """
     from vit_keras.layers.flexible import check_flexible_inputs

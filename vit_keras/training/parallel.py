@@ -9,7 +9,8 @@ Example:
     >>> from vit_keras.training import parallel
     >>> distribution = parallel.data_parallel()
     >>> with distribution.scope():
-    ...     model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
+    ...     model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+    ...                           mlp_dim=96)
 """
 
 from __future__ import annotations
