@@ -18,6 +18,8 @@ Signatures (images are RGB in [0, 255]; the features are projected, not normalis
 
 Written to a temporary directory beside `export_dir` and renamed into place. Exported from the TensorFlow backend.
 
+`tflite(model, directory)` writes one TFLite file per tower (`image.tflite`, `text.tflite`), float32.
+
 Example (an export takes seconds; tests/test_zeroshot_export.py runs it)::
 
     m = zeroshot.from_pretrained("tests/fixtures/zeroshot/clip/checkpoint")
@@ -138,3 +140,63 @@ def saved_model(model, export_dir, *, class_names=None, templates=None, overwrit
         tf.saved_model.save(module, tmp, signatures=functions)
     return export_dir
 
+
+
+IMAGE_TFLITE = "image.tflite"
+TEXT_TFLITE = "text.tflite"
+
+
+def tflite(model, directory, *, overwrite: bool = False) -> dict:
+    """One float32 TFLite file per tower in `directory` (builtin ops only): `image.tflite` (`images` float32
+    (batch, H, W, 3), RGB in [0, 255] → `features`, as `vit_keras.export.tflite` writes it) and `text.tflite`
+    (`token_ids`, `attention_mask` int32 (batch, context_length) → `text_features`: pad to the context length, as
+    `ZeroShotModel.tokenize` does). The logits are `exp(logit_scale) · cosine (+ logit_bias)` of their outputs
+    (`text_tflite_predict`, `ZeroShotModel.logits`). Needs a fixed image size: build SigLIP 2 with
+    `image_size=(height, width)`. Returns `{"image": path, "text": path}`.
+    """
+    import tensorflow as tf
+
+    from vit_keras.export.lite import tflite as image_tflite
+    from vit_keras.export.lite import write_tflite
+    from vit_keras.files import atomic_directory
+
+    _check(model)
+    if model.image_size is None:
+        raise ValueError("TFLite needs a fixed image size; build the model with "
+                         "vit_keras.zeroshot.from_pretrained(..., image_size=(height, width)).")
+    context = model.context_length
+    module = tf.Module(name="zeroshot_text_tflite")
+    module.model_variables = list(model.text_model.variables)
+
+    @tf.function(input_signature=[tf.TensorSpec((None, context), tf.int32, name=TOKEN_IDS),
+                                  tf.TensorSpec((None, context), tf.int32, name=ATTENTION_MASK)], autograph=False)
+    def serve(token_ids, attention_mask):
+        return {"text_features": model.text_model({TOKEN_IDS: token_ids, ATTENTION_MASK: attention_mask},
+                                                  training=False)}
+
+    module.serve = serve
+    directory = os.fspath(directory)
+    with atomic_directory(directory, overwrite=overwrite) as tmp:
+        image_tflite(model.image_model, os.path.join(tmp, IMAGE_TFLITE), include_preprocessing=True)
+        write_tflite(module, serve, os.path.join(tmp, TEXT_TFLITE))
+    return {"image": os.path.join(directory, IMAGE_TFLITE), "text": os.path.join(directory, TEXT_TFLITE)}
+
+
+def text_tflite_predict(path, token_ids, attention_mask=None, num_threads=None):
+    """Run `text.tflite` from `tflite()` on token ids (texts, context_length) with ai_edge_litert; the text
+    features, float32 (texts, E). `attention_mask` None: every position is real (SigLIP)."""
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+
+    token_ids = np.asarray(token_ids, np.int32)
+    mask = np.ones_like(token_ids) if attention_mask is None else np.asarray(attention_mask, np.int32)
+    interpreter = Interpreter(model_path=os.fspath(path), num_threads=num_threads)
+    context = int(interpreter.get_input_details()[0]["shape_signature"][1])
+    if token_ids.ndim != 2 or token_ids.shape[1] != context or mask.shape != token_ids.shape:
+        raise ValueError(f"{os.fspath(path)!r} takes token_ids and attention_mask of shape (texts, {context}); got "
+                         f"{token_ids.shape} and {mask.shape}. Tokenize with ZeroShotModel.tokenize.")
+    for detail in interpreter.get_input_details():
+        interpreter.resize_tensor_input(detail["index"], list(token_ids.shape))
+    interpreter.allocate_tensors()
+    runner = interpreter.get_signature_runner("serving_default")
+    return np.asarray(runner(token_ids=token_ids, attention_mask=mask)["text_features"])
