@@ -187,6 +187,13 @@ def test_hub_id_through_the_local_hub(tmp_path, monkeypatch):
                                    atol=5e-5)
         with pytest.raises(ValueError, match="has no tokenizer.json"):
             zeroshot.from_pretrained("hf://google/siglip2_no_tokenizer")
+        # Offline: the cached checkpoint loads with its tokenizer; an uncached one is refused saying so.
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        cached = zeroshot.from_pretrained("hf-hub:google/siglip2_tiny_test", include_preprocessing=False)
+        np.testing.assert_array_equal(cached.tokenize(cases.texts("siglip2"))[0], ids)
+        with pytest.raises(ValueError, match="HF_HUB_OFFLINE"):
+            zeroshot.from_pretrained("hf-hub:google/siglip2_never_fetched")
     finally:
         server.stop()
 

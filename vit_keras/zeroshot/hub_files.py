@@ -8,7 +8,6 @@ Example (downloads on first use, then reads the cache)::
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from vit_keras.weights import hub
@@ -24,9 +23,13 @@ def materialize(source: str, *, revision=None, token=None, cache_dir=None) -> st
     commit = os.path.basename(snapshot)
     missing = errors.LocalEntryNotFoundError if hub.offline() else errors.RemoteEntryNotFoundError
     for name in (TOKENIZER_NAME, TOKENIZER_CONFIG_NAME):
-        # A repository without them is refused when the tokenizer is read, naming what it has instead.
-        with contextlib.suppress(missing):
+        try:
             path = hf_hub_download(repo_id, name, revision=commit, cache_dir=cache_dir, token=token,
                                    local_files_only=hub.offline())
-            hub.verify(path, hub.file_url(repo_id, name, commit))
+        except missing:
+            if hub.offline() and name == TOKENIZER_NAME:
+                raise hub.HubError(f"{name} of {source} is not in the Hugging Face cache and {hub.OFFLINE_ENV} is "
+                                   f"set: run once online to download it, or unset {hub.OFFLINE_ENV}.") from None
+            continue  # not in the repository: refused when the tokenizer is read, naming what it has instead
+        hub.verify(path, hub.file_url(repo_id, name, commit))
     return snapshot
