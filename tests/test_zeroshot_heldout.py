@@ -6,6 +6,7 @@ references, and a few `fit` steps on a small image-text set."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -171,3 +172,31 @@ def test_heldout_configs_are_what_they_claim():
     for _, config, _ in HELDOUT.values():
         text, vision = config["text_config"], config["vision_config"]
         assert text["max_position_embeddings"] != 16 and text["hidden_size"] != vision["hidden_size"]
+
+
+@pytest.mark.slow
+def test_siglip_reads_the_mask_when_its_tokenizer_gives_one(tmp_path):
+    # A SiglipModel whose tokenizer returns the attention mask (as the Gemma tokenizers of the fixed-size SigLIP 2
+    # checkpoints do): the reference pipeline, model(**tokenizer(texts)), passes it, and so does the loader.
+    from transformers import AutoTokenizer, SiglipModel
+
+    directory = tmp_path / "siglip"
+    shutil.copytree(os.path.join(cases.case_dir("siglip"), "checkpoint"), directory)
+    config_file = directory / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config["model_input_names"] = ["input_ids", "attention_mask"]
+    config_file.write_text(json.dumps(config))
+    tokens = AutoTokenizer.from_pretrained(str(directory))(TEXTS, padding="max_length", max_length=16,
+                                                           truncation=True, return_tensors="pt")
+    assert "attention_mask" in tokens
+    reference = SiglipModel.from_pretrained(str(directory)).eval()
+    with torch.no_grad():
+        want = reference.get_text_features(**tokens)
+    want = getattr(want, "pooler_output", want).numpy()
+    model = zeroshot.from_pretrained(directory)
+    ids, mask = model.tokenize(TEXTS)
+    assert mask is not None
+    found = model.encode_text(ids, mask)
+    assert np.abs(found - want).max() <= cases.RELATIVE_TOLERANCE * max(1.0, np.abs(want).max())
+    # and it differs from the unmasked fixture case: the mask is read
+    assert np.abs(found - model.encode_text(ids, np.ones_like(ids))).max() > 1e-2

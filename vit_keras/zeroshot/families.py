@@ -21,8 +21,9 @@ class Family:
 
     `vision_model_type`: the vision tower's own `model_type` (what `vit_keras.from_pretrained` reads);
     `vision_pooling`: its `pooler_output` (`"token"`: post-LN class token; `"map"`: the attention-pooling head);
-    `visual_projection`: the Linear after it, if any. Text: `causal`, `use_attention_mask` (whether the reference
-    passes the tokenizer's mask to the model), `text_pooling`, `text_projection` (the source module) and its bias.
+    `visual_projection`: the Linear after it, if any. Text: `causal`, `text_pooling`, `text_projection` (the source
+    module) and its bias. (Whether the text tower reads the padding mask is the tokenizer's to say:
+    `vit_keras.zeroshot.tokenizer.returns_attention_mask`.)
     `logit_bias`: SigLIP's learned bias on the logits. `probabilities`: how `classify` turns logits into scores
     (softmax over classes for the contrastively trained CLIP, a sigmoid per pair for SigLIP). `mean`, `std`: the
     image processor's defaults, when the checkpoint has no `preprocessor_config.json`.
@@ -33,7 +34,6 @@ class Family:
     vision_pooling: str
     visual_projection: str | None
     causal: bool
-    use_attention_mask: bool
     text_pooling: str
     text_projection: str
     text_projection_bias: bool
@@ -45,16 +45,15 @@ class Family:
 
 FAMILIES = {
     "clip": Family(model_class="CLIPModel", vision_model_type="clip_vision_model", vision_pooling="token",
-                   visual_projection="visual_projection", causal=True, use_attention_mask=True,
+                   visual_projection="visual_projection", causal=True,
                    text_pooling="first_eos", text_projection="text_projection", text_projection_bias=False,
                    logit_bias=False, probabilities="softmax", mean=OPENAI_CLIP_MEAN, std=OPENAI_CLIP_STD),
-    # SiglipModel's text tower reads no mask: SigLIP's tokenizer returns none and pads with </s> to the context.
     "siglip": Family(model_class="SiglipModel", vision_model_type="siglip_vision_model", vision_pooling="map",
-                     visual_projection=None, causal=False, use_attention_mask=False, text_pooling="last",
+                     visual_projection=None, causal=False, text_pooling="last",
                      text_projection="text_model.head", text_projection_bias=True, logit_bias=True,
                      probabilities="sigmoid", mean=HALF, std=HALF),
     "siglip2": Family(model_class="Siglip2Model", vision_model_type="siglip2_vision_model", vision_pooling="map",
-                      visual_projection=None, causal=False, use_attention_mask=True, text_pooling="last",
+                      visual_projection=None, causal=False, text_pooling="last",
                       text_projection="text_model.head", text_projection_bias=True, logit_bias=True,
                       probabilities="sigmoid", mean=HALF, std=HALF),
 }

@@ -30,6 +30,7 @@ from vit_keras.weights.safetensors_io import read_safetensors
 from vit_keras.zeroshot import transforms
 from vit_keras.zeroshot.families import FAMILIES, Family
 from vit_keras.zeroshot.text_config import TextConfig
+from vit_keras.zeroshot.tokenizer import returns_attention_mask
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -135,8 +136,9 @@ def read_config(path: str) -> tuple[str, dict]:
     return model_type, config
 
 
-def text_config(family_name: str, config: dict, file: str) -> TextConfig:
-    """The `TextConfig` of a `text_config` (the family decides mask, pooling and projection).
+def text_config(family_name: str, config: dict, file: str, use_attention_mask: bool = True) -> TextConfig:
+    """The `TextConfig` of a `text_config` (the family decides the causal mask, pooling and projection;
+    `use_attention_mask`: whether the tokenizer gives the padding mask the model then reads).
 
     Example:
         >>> config = read_config("tests/fixtures/zeroshot/clip/checkpoint")[1]
@@ -164,7 +166,7 @@ def text_config(family_name: str, config: dict, file: str) -> TextConfig:
         num_heads=_require(text, "num_attention_heads", int, file),
         mlp_dim=_require(text, "intermediate_size", int, file), activation=HIDDEN_ACTS[act],
         layer_norm_epsilon=float(_require(text, "layer_norm_eps", (int, float), file, default=1e-5)),
-        causal=family.causal, use_attention_mask=family.use_attention_mask, pooling=pooling,
+        causal=family.causal, use_attention_mask=use_attention_mask, pooling=pooling,
         eos_token_id=None if eos is None else int(eos), projection_dim=projection,
         projection_bias=family.text_projection_bias)
 
@@ -221,7 +223,7 @@ def read_checkpoint(path: str) -> Checkpoint:
     path = os.fspath(path)
     family_name, config = read_config(path)
     file = os.path.join(path, CONFIG_NAME)
-    text = text_config(family_name, config, file)
+    text = text_config(family_name, config, file, use_attention_mask=returns_attention_mask(path))
     tensors = read_tensors(path)
     weights_file = os.path.join(path, WEIGHTS_NAME)
     used: set = set()

@@ -166,7 +166,7 @@ def from_pretrained(source, *, include_preprocessing: bool = True, image_size=No
     checkpoint = read_checkpoint(path)
     config = checkpoint.text_config
     tokenizer = Tokenizer.from_directory(path, context_length=config.context_length, family=checkpoint.family_name,
-                                         return_mask=checkpoint.family.use_attention_mask)
+                                         return_mask=config.use_attention_mask)
     if tokenizer.max_id >= config.vocab_size:
         raise ValueError(f"{tokenizer.source!r} gives ids up to {tokenizer.max_id}, but the text tower's embedding "
                          f"table has {config.vocab_size} rows (text_config.vocab_size); the tokenizer is not this "

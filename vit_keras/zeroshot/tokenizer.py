@@ -79,6 +79,35 @@ PIPELINES = {
 }
 
 
+def _read_config(path: str) -> dict:
+    file = os.path.join(path, TOKENIZER_CONFIG_NAME)
+    if not os.path.isfile(file):
+        return {}
+    with open(file, encoding="utf-8") as f:
+        config = json.load(f)
+    if not isinstance(config, dict):
+        raise ValueError(f"{file!r} is not a JSON object; save the tokenizer again with save_pretrained.")
+    return config
+
+
+def returns_attention_mask(path: str) -> bool:
+    """Whether the directory's tokenizer gives an attention mask, which the reference pipeline
+    (`model(**tokenizer(texts))`) then passes to the text tower: `model_input_names` of tokenizer_config.json,
+    else transformers' default (input ids and the mask). SigLIP's tokenizers list `input_ids` only.
+
+    Example:
+        >>> returns_attention_mask("tests/fixtures/zeroshot/siglip/checkpoint")
+        False
+        >>> returns_attention_mask("tests/fixtures/zeroshot/siglip2/checkpoint")
+        True
+    """
+    names = _read_config(path).get("model_input_names", ["input_ids", "attention_mask"])
+    if not isinstance(names, list):
+        raise ValueError(f"{os.path.join(path, TOKENIZER_CONFIG_NAME)!r}: model_input_names must be a list, got "
+                         f"{names!r}.")
+    return "attention_mask" in names
+
+
 def _special(value):
     """A tokenizer_config special token, which transformers writes as a string or an AddedToken dict."""
     if isinstance(value, dict):
@@ -137,10 +166,7 @@ class Tokenizer:
             raise ValueError(f"{path!r} has no {TOKENIZER_NAME}, the tokenizer its text tower was trained with; "
                              f"zero-shot needs it.{why}")
         config_file = os.path.join(path, TOKENIZER_CONFIG_NAME)
-        config = {}
-        if os.path.isfile(config_file):
-            with open(config_file, encoding="utf-8") as f:
-                config = json.load(f)
+        config = _read_config(path)
         pipeline = PIPELINES[family]
         special = {name: _special(config.get(name, pipeline.defaults.get(name)))
                    for name in ("unk_token", "bos_token", "eos_token", "pad_token")}
