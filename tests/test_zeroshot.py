@@ -119,6 +119,11 @@ def test_refusals_name_the_problem_and_the_fix(models, tmp_path):
         shutil.copyfile(os.path.join(cases.case_dir("clip"), "checkpoint", name), foreign / name)
     with pytest.raises(ValueError, match=r"ids up to 633.*113 rows.*not this model's"):
         zeroshot.from_pretrained(foreign)
+    slow = _copy_checkpoint("siglip", tmp_path / "slow")
+    config = json.loads((slow / "tokenizer_config.json").read_text())
+    (slow / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "SiglipTokenizer"}))
+    with pytest.raises(ValueError, match="SiglipTokenizer.*sentencepiece.*tokenizer.json only"):
+        zeroshot.from_pretrained(slow)
     with pytest.raises(ValueError, match="no class names"):
         models["clip"].classify(cases.normalised_images("clip"), [])
     with pytest.raises(ValueError, match="templates must be strings with a"):

@@ -200,3 +200,42 @@ def test_siglip_reads_the_mask_when_its_tokenizer_gives_one(tmp_path):
     assert np.abs(found - want).max() <= cases.RELATIVE_TOLERANCE * max(1.0, np.abs(want).max())
     # and it differs from the unmasked fixture case: the mask is read
     assert np.abs(found - model.encode_text(ids, np.ones_like(ids))).max() > 1e-2
+
+
+@pytest.mark.slow
+def test_siglip_model_with_a_gemma_tokenizer_matches_transformers(tmp_path):
+    # The fixed-size SigLIP 2 releases: a SiglipModel whose tokenizer_config names GemmaTokenizer. transformers
+    # runs GemmaTokenizer's own pipeline (no lowercasing, whatever the file says) and passes the mask it returns.
+    torch.manual_seed(7)
+    config = transformers.SiglipConfig(
+        text_config=dict(vocab_size=442, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=48, max_position_embeddings=16, projection_size=24, eos_token_id=1,
+                         pad_token_id=0),
+        vision_config=dict(hidden_size=24, num_hidden_layers=1, num_attention_heads=2, intermediate_size=40,
+                           image_size=16, patch_size=8))
+    reference = transformers.SiglipModel(config).eval()
+    with torch.no_grad():
+        for parameter in reference.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    reference.save_pretrained(str(tmp_path))
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(os.path.join(cases.case_dir("siglip2"), "checkpoint", file), tmp_path / file)
+    tokenizer_config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    tokenizer_config["tokenizer_class"] = "GemmaTokenizer"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    texts = ["A Photo of a CAT", "a photo of a cat", "Don't stop 123!"]
+    tokens = transformers.AutoTokenizer.from_pretrained(str(tmp_path))(texts, padding="max_length", max_length=16,
+                                                                       truncation=True, return_tensors="pt")
+    assert type(transformers.AutoTokenizer.from_pretrained(str(tmp_path))).__name__ == "GemmaTokenizer"
+    images = np.random.default_rng(2).uniform(0, 255, (2, 16, 16, 3)).astype(np.float32)
+    pixels = torch.tensor((images / 255.0 - 0.5) / 0.5, dtype=torch.float32).permute(0, 3, 1, 2)
+    with torch.no_grad():
+        out = reference(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"], pixel_values=pixels)
+    model = zeroshot.from_pretrained(str(tmp_path))
+    ids, mask = model.tokenize(texts)
+    np.testing.assert_array_equal(ids, tokens["input_ids"].numpy())
+    np.testing.assert_array_equal(mask, tokens["attention_mask"].numpy())
+    assert (ids[0] != ids[1]).any()  # not lowercased: "A Photo of a CAT" is not "a photo of a cat"
+    logits = model.logits(model.encode_image(images), model.encode_text(ids, mask))
+    want = out.logits_per_image.numpy()
+    assert np.abs(logits - want).max() <= cases.RELATIVE_TOLERANCE * max(1.0, np.abs(want).max())

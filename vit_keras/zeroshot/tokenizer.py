@@ -6,12 +6,13 @@ ids are transformers' `AutoTokenizer.from_pretrained(directory)(texts, padding="
 truncation=True)`.
 
 transformers 5 does not run a CLIP or SigLIP 2 `tokenizer.json` as it is: `CLIPTokenizer` and `Siglip2Tokenizer`
-(which transformers uses for every `siglip2` checkpoint, whatever class its tokenizer_config.json names) keep only
-the file's vocabulary and merges and rebuild the rest of the pipeline (normaliser, pre-tokenizer, model switches,
-CLIP's post-processor) as their code says. `PIPELINES` holds those pipelines as data, so that a file written by
-another version or library gives transformers' ids. SigLIP 2 keeps the file's post-processor (transformers 5.23
-does not rebuild it from tokenizer_config.json's `add_bos_token` / `add_eos_token`). Other tokenizers (SigLIP's, in
-the generic class) run as saved.
+(which transformers uses for every `siglip2` checkpoint, whatever class its tokenizer_config.json names) and
+`GemmaTokenizer` (the fixed-size SigLIP 2 releases, `SiglipModel`s) keep only the file's vocabulary and merges and
+rebuild the rest of the pipeline (normaliser, pre-tokenizer, model switches, CLIP's post-processor) as their code
+says. `PIPELINES` holds those pipelines as data, so that a file written by another version or library gives
+transformers' ids. The Gemma classes keep the file's post-processor (transformers 5.23 does not rebuild it from
+tokenizer_config.json's `add_bos_token` / `add_eos_token`). Other fast tokenizers (the generic class) run as saved;
+`SiglipTokenizer`, which transformers runs from sentencepiece, is refused.
 
 Example:
     >>> tokenizer = Tokenizer.from_directory("tests/fixtures/zeroshot/clip/checkpoint", context_length=16,
@@ -54,8 +55,17 @@ class Pipeline:
     padding_side: str = "right"
 
 
+# Gemma's BPE with byte fallback (transformers 5.23 `GemmaTokenizer`); SigLIP 2's lowercases first.
+_GEMMA_NORMALIZER = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+_GEMMA = dict(
+    pre_tokenizer={"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False},
+    model={"type": "BPE", "dropout": None, "continuing_subword_prefix": None, "end_of_word_suffix": None,
+           "fuse_unk": True, "byte_fallback": True},
+    defaults={"unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"},
+    padding_side="left")
+# By the transformers class that runs the tokenizer (`tokenizer_class`); any other runs tokenizer.json as saved.
 PIPELINES = {
-    "clip": Pipeline(
+    "CLIPTokenizer": Pipeline(
         normalizer={"type": "Sequence", "normalizers": [
             {"type": "NFC"}, {"type": "Replace", "pattern": {"Regex": r"\s+"}, "content": " "}, {"type": "Lowercase"}]},
         pre_tokenizer={"type": "Sequence", "pretokenizers": [
@@ -66,17 +76,31 @@ PIPELINES = {
         clip_post_processor=True,
         defaults={"unk_token": "<|endoftext|>", "bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>",
                   "pad_token": "<|endoftext|>"}),
-    # Gemma's BPE with byte fallback, lowercased first (SigLIP 2 was trained on lowercased text).
-    "siglip2": Pipeline(
-        normalizer={"type": "Sequence", "normalizers": [
-            {"type": "Lowercase"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
-        pre_tokenizer={"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False},
-        model={"type": "BPE", "dropout": None, "continuing_subword_prefix": None, "end_of_word_suffix": None,
-               "fuse_unk": True, "byte_fallback": True},
-        defaults={"unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"},
-        padding_side="left"),
-    "siglip": Pipeline(),
+    "GemmaTokenizer": Pipeline(normalizer=_GEMMA_NORMALIZER, **_GEMMA),
+    "Siglip2Tokenizer": Pipeline(
+        normalizer={"type": "Sequence", "normalizers": [{"type": "Lowercase"}, _GEMMA_NORMALIZER]}, **_GEMMA),
 }
+AS_SAVED = Pipeline()
+# transformers uses its own class for these model types whatever tokenizer_config.json names (CLIP's is always
+# CLIPTokenizer; every siglip2 checkpoint names GemmaTokenizer, which transformers overrides).
+FAMILY_CLASSES = {"clip": "CLIPTokenizer", "siglip2": "Siglip2Tokenizer"}
+# Classes transformers runs from a slow (sentencepiece) file with Python-side text canonicalisation: the
+# tokenizer.json beside them is not what transformers runs.
+SLOW_CLASSES = ("SiglipTokenizer",)
+
+
+def tokenizer_class(family: str, config: dict) -> str:
+    """The transformers class that runs a checkpoint's tokenizer (without `Fast`).
+
+    Example:
+        >>> tokenizer_class("siglip2", {"tokenizer_class": "GemmaTokenizerFast"})
+        'Siglip2Tokenizer'
+        >>> tokenizer_class("siglip", {"tokenizer_class": "GemmaTokenizerFast"})
+        'GemmaTokenizer'
+    """
+    if family in FAMILY_CLASSES:
+        return FAMILY_CLASSES[family]
+    return str(config.get("tokenizer_class") or "TokenizersBackend").removesuffix("Fast")
 
 
 def _read_config(path: str) -> dict:
@@ -167,7 +191,13 @@ class Tokenizer:
                              f"zero-shot needs it.{why}")
         config_file = os.path.join(path, TOKENIZER_CONFIG_NAME)
         config = _read_config(path)
-        pipeline = PIPELINES[family]
+        name = tokenizer_class(family, config)
+        if name in SLOW_CLASSES:
+            raise ValueError(f"{config_file!r} names {name}, which transformers runs from its sentencepiece model with "
+                             "its own text canonicalisation, not from tokenizer.json; vit_keras reads tokenizer.json "
+                             "only and would give other ids. Re-save the tokenizer with a fast class (e.g. set "
+                             "tokenizer_class to TokenizersBackend after checking its ids against transformers).")
+        pipeline = PIPELINES.get(name, AS_SAVED)
         special = {name: _special(config.get(name, pipeline.defaults.get(name)))
                    for name in ("unk_token", "bos_token", "eos_token", "pad_token")}
         with open(file, encoding="utf-8") as f:
