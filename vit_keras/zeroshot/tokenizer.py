@@ -184,8 +184,8 @@ class Tokenizer:
         file = os.path.join(path, TOKENIZER_NAME)
         if not os.path.isfile(file):
             slow = sorted(name for name in SLOW_TOKENIZER_FILES if os.path.isfile(os.path.join(path, name)))
-            why = (f" It has the slow tokenizer's {slow}: load it once with transformers' AutoTokenizer (use_fast) "
-                   "and save_pretrained it to write tokenizer.json." if slow else
+            why = (f" It has a slow tokenizer's {slow}, which vit_keras does not run (transformers runs it with "
+                   "sentencepiece); a checkpoint with a fast tokenizer (tokenizer.json) is needed." if slow else
                    " Save the model's tokenizer beside it (tokenizer.save_pretrained(directory)).")
             raise ValueError(f"{path!r} has no {TOKENIZER_NAME}, the tokenizer its text tower was trained with; "
                              f"zero-shot needs it.{why}")
