@@ -273,3 +273,20 @@ def test_tokenizer_files_of_other_writers_give_transformers_ids(variant, tmp_pat
         ids, mask = model.tokenize(MIXED_TEXTS)
     np.testing.assert_array_equal(ids, np.array(want["input_ids"]))
     np.testing.assert_array_equal(mask, np.array(want["attention_mask"]))
+
+
+def test_clip_configs_with_the_legacy_eos_id_pool_at_the_largest_id(tmp_path):
+    # transformers' rule: text_config.eos_token_id == 2 (the first released CLIP configs) pools at argmax(ids);
+    # the fixture's <|endoftext|> is its largest id, so the reference outputs stay the same.
+    directory = _copy_checkpoint("clip", tmp_path)
+    config = json.loads((directory / "config.json").read_text())
+    config["text_config"]["eos_token_id"] = 2
+    (directory / "config.json").write_text(json.dumps(config))
+    model = zeroshot.from_pretrained(directory, include_preprocessing=False)
+    assert model.text_model.get_layer("text_pooling").pooling == "argmax"
+    ids, mask = cases.token_inputs("clip")
+    np.testing.assert_allclose(model.encode_text(ids, mask), cases.expected("clip")["text_features"], atol=5e-5)
+    pooled = np.arange(12, dtype="float32").reshape(1, 4, 3)
+    pooling = zeroshot.TextPooling("argmax")
+    assert np.asarray(pooling(pooled, np.array([[5, 9, 7, 7]]))).tolist() == [[3.0, 4.0, 5.0]]
+    assert np.asarray(zeroshot.TextPooling("last")(pooled, np.array([[5, 9, 7, 7]]))).tolist() == [[9.0, 10.0, 11.0]]
