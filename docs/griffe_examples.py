@@ -44,8 +44,9 @@ NEEDS = {"tiny_model": ("vit_keras",), "images": ("np",), "labels": ("np",), "di
 
 def _defines(code: str, name: str) -> bool:
     """Whether the example's own code defines `name` (assignment, import, def, for, with ... as)."""
-    return bool(re.search(rf"^\s*(?:(?:>>>|\.\.\.)\s*)?(?:{name}\s*(?:,[^=\n]*)?=(?!=)|(?:import|from)\s.*\b{name}\b"
-                          rf"|def {name}\b|for {name}\b)|\bas {name}\b", code, re.MULTILINE))
+    return bool(re.search(rf"^\s*(?:(?:>>>|\.\.\.)\s*)?(?:{name}\s*(?:,[^=\n]*)?=(?!=)|import\s[^#\n]*\b{name}\b"
+                          rf"|from\s+\S+\s+import\s[^#\n]*\b{name}\b|def {name}\b|for {name}\b)|\bas {name}\b",
+                          code, re.MULTILINE))
 
 
 def setup_lines(code: str) -> list[str]:

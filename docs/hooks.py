@@ -119,13 +119,13 @@ def variants_table() -> str:
     variants, _, _ = _tables()
     names, params = constructors(), paper_params()
     lines = [_row(("constructor", "variant", "patch", "D", "MLP", "heads", "layers", "ResNet stages",
-                   "params (224, 1000 classes)")),
+                   "params")),
              _row(("---",) * 2 + ("---:",) * 5 + ("---", "---:"))]
     for variant, config in variants.items():
         if variant not in names:
             raise ValueError(f"vit_keras/models.py defines no named constructor for the variant {variant!r}")
         constructor = names[variant]
-        patch = config.patch_size if config.resnet is None else f"{config.patch_size} on the ResNet feature map"
+        patch = config.patch_size if config.resnet is None else f"{config.patch_size} (ResNet map)"
         stages = "—" if config.resnet is None else (
             ", ".join(map(str, config.resnet.num_layers)) or "root only")
         lines.append(_row((f"`{constructor}`", variant, patch, config.hidden_size, config.mlp_dim, config.num_heads,
@@ -134,24 +134,25 @@ def variants_table() -> str:
 
 
 def weights_table() -> str:
-    variants, registry, base_url = _tables()
+    """The registered checkpoints; the last cell links the file, its text the download size (or "file" where the
+    registry states none). Seven columns, so that the table fits the page's column."""
+    variants, registry, _ = _tables()
     names = constructors()
     name_order = list(dict.fromkeys(entry.name for entry in registry.values()))
     variant_order = list(variants)
     entries = sorted(registry.values(),
                      key=lambda e: (variant_order.index(e.variant), name_order.index(e.name)))
-    lines = [_row(("constructor", "`weights=`", "source", "resolution", "classes", "size", "ImageNet top-1 (published)",
-                   "file")),
-             _row(("---",) * 3 + ("---:",) * 3 + ("---", "---"))]
+    lines = [_row(("constructor", "`weights=`", "source", "res.", "classes", "ImageNet top-1 (published)",
+                   "download")),
+             _row(("---",) * 3 + ("---:",) * 2 + ("---", "---:"))]
     for entry in entries:
         classes = f"{entry.classes:,}"
         if entry.representation_size:
             classes += f" + pre_logits {entry.representation_size}"
-        size = f"{round(entry.size_mib):,} MiB" if entry.size_mib else "—"
+        size = f"{round(entry.size_mib):,} MiB" if entry.size_mib else "file"
         top1 = f"{entry.top1:.2f}: {entry.top1_source}" if entry.top1 is not None else "—"
-        file = entry.url[len(base_url) + 1:] if entry.url.startswith(base_url + "/") else entry.url
         lines.append(_row((f"`{names[entry.variant]}`", f"`{entry.name}`", entry.source.replace("->", "→"),
-                           entry.resolution, classes, size, top1, f"[`{file}`]({entry.url})")))
+                           entry.resolution, classes, top1, f"[{size}]({entry.url})")))
     return "\n".join(lines)
 
 
@@ -365,29 +366,14 @@ TABLES = {"variants": variants_table, "weights": weights_table, "timm_families":
           "timm_tokens": timm_tokens_table, "transformers_families": transformers_families_table,
           "family_fields": family_fields_table, "variants_fields": variants_fields_table}
 
-# `<!-- link-if-exists: PAGE | TEXT | LEAD -->`: "LEAD [TEXT](PAGE)." when the page PAGE (relative to docs/) exists,
-# nothing otherwise, for pages that are written in their own time (a link to a missing page fails the strict build).
-LINK_IF_EXISTS = re.compile(r"^<!-- link-if-exists: ([^|]+?) \| ([^|]+?) \| ([^|]*?) -->$", re.MULTILINE)
-
-
-def _link_if_exists(markdown: str, page_path: str) -> str:
-    def link(match):
-        target, text, lead = match.group(1), match.group(2), match.group(3)
-        source_dir = (ROOT / "docs" / page_path).parent
-        if not (source_dir / target).is_file():
-            return ""
-        return f"{lead} [{text}]({target})." if lead else f"[{text}]({target})."
-    return LINK_IF_EXISTS.sub(link, markdown)
-
-
-def render(markdown: str, page_path: str = "index.md") -> str:
-    """Replace every marker line with its table (and conditional links with links)."""
+def render(markdown: str) -> str:
+    """Replace every marker line with its table."""
     def table(match):
         name = match.group(1)
         if name not in TABLES:
             raise ValueError(f"Unknown generated table {name!r} in a docs page; known: {sorted(TABLES)}")
         return TABLES[name]()
-    return _link_if_exists(MARKER.sub(table, markdown), page_path)
+    return MARKER.sub(table, markdown)
 
 
 def package_version() -> str:
@@ -403,7 +389,26 @@ def on_config(config):
 
 
 def on_page_markdown(markdown, page, config, files):  # noqa: ARG001 (MkDocs' hook signature)
-    return render(markdown, page.file.src_uri)
+    return render(markdown)
+
+
+TABLE = re.compile(r"<table>.*?</table>", re.DOTALL)
+CODE_WITH_SPACES = re.compile(r"<code>([^<]*\s[^<]*)</code>")
+
+
+def mark_wrappable_code(html: str) -> str:
+    """In tables, code holding spaces (a call with arguments, a command) gets the class `vk-words`: the stylesheet
+    keeps one-word code (a `weights=` name, a hub id, a flag) on one line and lets these wrap between words.
+
+    Example:
+        >>> mark_wrappable_code("<table><td><code>a b</code> <code>imagenet21k</code></td></table>")
+        '<table><td><code class="vk-words">a b</code> <code>imagenet21k</code></td></table>'
+    """
+    return TABLE.sub(lambda table: CODE_WITH_SPACES.sub(r'<code class="vk-words">\1</code>', table.group(0)), html)
+
+
+def on_page_content(html, page, config, files):  # noqa: ARG001 (MkDocs' hook signature)
+    return mark_wrappable_code(html)
 
 
 # --- the dense-features page's figure ---------------------------------------------------------------------------

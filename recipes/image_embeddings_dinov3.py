@@ -2,10 +2,10 @@
 
     python recipes/image_embeddings_dinov3.py photos/red/0.jpg photos/blue/0.jpg --output embeddings.npy
 
-Prints one line per image (the embedding's width and norm) and the cosine similarity of every pair, and writes
-the embeddings to `--output` (float32, one row per image). The default model is Meta's DINOv3 ViT-S/16; Meta's
-repositories are gated: accept the licence on the model page, then set HF_TOKEN. `--model` takes any hub id,
-directory or file `vit_keras.from_pretrained` reads.
+Prints one line per image (the embedding's width and norm) and the cosine similarity of every pair,
+and writes the embeddings to `--output` (float32, one row per image). The default model is Meta's
+DINOv3 ViT-S/16; Meta's repositories are gated: accept the licence on the model page, then set
+HF_TOKEN. `--model` takes any hub id, directory or file `vit_keras.from_pretrained` reads.
 """
 
 import argparse
@@ -21,11 +21,18 @@ DEFAULT_MODEL = "hf-hub:facebook/dinov3-vits16-pretrain-lvd1689m"
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("images", nargs="+", help="image files (JPEG, PNG, GIF, BMP)")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"hub id, directory or file (default {DEFAULT_MODEL})")
-    parser.add_argument("--output", default="embeddings.npy", help="where to write the embeddings (.npy)")
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"hub id, directory or file (default {DEFAULT_MODEL})",
+    )
+    parser.add_argument(
+        "--output", default="embeddings.npy", help="where to write the embeddings (.npy)"
+    )
     args = parser.parse_args(argv)
 
-    # include_top=False, pooling="token": the class token after the final norm (transformers' pooler_output).
+    # include_top=False, pooling="token": the class token after the final norm
+    # (transformers' pooler_output).
     # The model takes RGB in [0, 255] and applies the checkpoint's own normalisation.
     model = vit_keras.from_pretrained(args.model, include_top=False, pooling="token")
     size = model.input_shape[1:3]

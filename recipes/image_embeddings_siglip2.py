@@ -2,11 +2,11 @@
 
     python recipes/image_embeddings_siglip2.py photos/red/0.jpg photos/blue/0.jpg --output embeddings.npy
 
-Prints one line per image (the embedding's width and norm) and the cosine similarity of every pair, and writes
-the embeddings to `--output` (float32, one row per image). The default model is timm's copy of Google's SigLIP 2
-ViT-B/16 image tower at 224 (`v2_webli`); the embedding is its attention-pooling (MAP) head's output, the vector
-SigLIP 2 compares with its text tower's. `--model` takes any hub id, directory or file `vit_keras.from_pretrained`
-reads.
+Prints one line per image (the embedding's width and norm) and the cosine similarity of every pair,
+and writes the embeddings to `--output` (float32, one row per image). The default model is timm's
+copy of Google's SigLIP 2 ViT-B/16 image tower at 224 (`v2_webli`); the embedding is its
+attention-pooling (MAP) head's output, the vector SigLIP 2 compares with its text tower's. `--model`
+takes any hub id, directory or file `vit_keras.from_pretrained` reads.
 """
 
 import argparse
@@ -22,11 +22,18 @@ DEFAULT_MODEL = "hf-hub:timm/vit_base_patch16_siglip_224.v2_webli"
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("images", nargs="+", help="image files (JPEG, PNG, GIF, BMP)")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"hub id, directory or file (default {DEFAULT_MODEL})")
-    parser.add_argument("--output", default="embeddings.npy", help="where to write the embeddings (.npy)")
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"hub id, directory or file (default {DEFAULT_MODEL})",
+    )
+    parser.add_argument(
+        "--output", default="embeddings.npy", help="where to write the embeddings (.npy)"
+    )
     args = parser.parse_args(argv)
 
-    # include_top=False, pooling="map": the checkpoint's attention-pooling head (SigLIP has no class token).
+    # include_top=False, pooling="map": the checkpoint's attention-pooling head
+    # (SigLIP has no class token).
     # The model takes RGB in [0, 255] and applies the checkpoint's own normalisation.
     model = vit_keras.from_pretrained(args.model, include_top=False, pooling="map")
     size = model.input_shape[1:3]

@@ -1,13 +1,14 @@
-"""Linear probe: how well a frozen backbone's features separate your classes (DINOv2 / DINOv3's linear evaluation).
+"""Linear probe: how well a frozen backbone's features separate your classes.
 
     python recipes/linear_probe.py photos --output probe.json --save-model probe.keras
 
-`photos/` holds one subfolder per class. 80% of its images (a fixed shuffled order) train the probe, the other 20%
-test it. The backbone (default: DINOv3 ViT-S/16 by hub id; gated: accept the licence on the model page, then set
-HF_TOKEN) is never trained: its features (class token and mean patch token) are computed once, a softmax
-classifier is fitted on them for each L2 strength and learning rate, the best on a validation tenth of the training
-images is kept, and its test top-1 is printed. `--save-model` writes backbone + classifier as one `.keras` model,
-images in, probabilities out.
+This is DINOv2's and DINOv3's linear evaluation. `photos/` holds one subfolder per class. 80% of its
+images (a fixed shuffled order) train the probe, the other 20% test it. The backbone (default:
+DINOv3 ViT-S/16 by hub id; gated: accept the licence on the model page, then set HF_TOKEN) is never
+trained: its features (class token and mean patch token) are computed once, a softmax classifier is
+fitted on them for each L2 strength and learning rate, the best on a validation tenth of the
+training images is kept, and its test top-1 is printed. `--save-model` writes backbone + classifier
+as one `.keras` model, images in, probabilities out.
 """
 
 import argparse
@@ -23,24 +24,43 @@ DEFAULT_MODEL = "hf-hub:facebook/dinov3-vits16-pretrain-lvd1689m"
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", help="a folder of class subfolders of images")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"hub id, directory or file (default {DEFAULT_MODEL})")
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"hub id, directory or file (default {DEFAULT_MODEL})",
+    )
     parser.add_argument("--output", default="probe.json", help="the result as JSON")
-    parser.add_argument("--save-model", default=None, help="write backbone + classifier here (.keras)")
-    parser.add_argument("--epochs", type=int, default=100, help="epochs of each classifier of the sweep")
+    parser.add_argument(
+        "--save-model", default=None, help="write backbone + classifier here (.keras)"
+    )
+    parser.add_argument(
+        "--epochs", type=int, default=100, help="epochs of each classifier of the sweep"
+    )
     args = parser.parse_args(argv)
 
     backbone = vit_keras.from_pretrained(args.model, include_top=False)
     train = local_data.load(args.folder, "train[:80%]")
     test = local_data.load(args.folder, "train[80%:]")
-    result, head = training.linear_probe(backbone, train, test, epochs=args.epochs, return_head=True)
-    print(f"test top-1 {result['top1']:.3f} on {result['examples']['test']} images "
-          f"(l2 {result['l2']}, learning rate {result['learning_rate']}, {result['feature_dim']} features)")
+    result, head = training.linear_probe(
+        backbone, train, test, epochs=args.epochs, return_head=True
+    )
+    print(
+        f"test top-1 {result['top1']:.3f} on {result['examples']['test']} images "
+        f"(l2 {result['l2']}, learning rate {result['learning_rate']}, {result['feature_dim']} features)"
+    )
     with open(args.output, "w", encoding="utf-8") as f:
-        json.dump({key: value for key, value in result.items() if key != "sweep"}, f, indent=1, default=str)
+        json.dump(
+            {key: value for key, value in result.items() if key != "sweep"},
+            f,
+            indent=1,
+            default=str,
+        )
     if args.save_model:
         classifier = training.probe_model(backbone, head)
         classifier.save(args.save_model)
-        print(f"wrote {args.save_model}: images in, probabilities over {list(train.class_names)} out")
+        print(
+            f"wrote {args.save_model}: images in, probabilities over {list(train.class_names)} out"
+        )
 
 
 if __name__ == "__main__":

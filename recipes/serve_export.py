@@ -2,12 +2,13 @@
 
     python recipes/serve_export.py --model runs/folder/checkpoints/best.keras --export-dir models/vit
 
-Writes `EXPORT_DIR/1/` (`--version`), the layout TF Serving's `--model_base_path` expects, with two signatures:
-`serving_default` (float32 RGB images in [0, 255] of the model's size) and `serve_bytes` (encoded JPEG / PNG / GIF
-/ BMP files, resized inside the graph), each answering probabilities and the top-k classes with their labels.
-`--model` takes a `.keras` file (a `vit-keras train` or `recipes/finetune_folder.py` checkpoint: its class names
-are served as labels) or anything `vit_keras.from_pretrained` reads (default: timm's AugReg2 ViT-B/16 ImageNet-1k
-classifier, served with the ImageNet class names).
+Writes `EXPORT_DIR/1/` (`--version`), the layout TF Serving's `--model_base_path` expects, with two
+signatures: `serving_default` (float32 RGB images in [0, 255] of the model's size) and `serve_bytes`
+(encoded JPEG / PNG / GIF / BMP files, resized inside the graph), each answering probabilities and
+the top-k classes with their labels. `--model` takes a `.keras` file (a `vit-keras train` or
+`recipes/finetune_folder.py` checkpoint: its class names are served as labels) or anything
+`vit_keras.from_pretrained` reads (default: timm's AugReg2 ViT-B/16 ImageNet-1k classifier, served
+with the ImageNet class names).
 """
 
 import argparse
@@ -22,8 +23,11 @@ DEFAULT_MODEL = "hf-hub:timm/vit_base_patch16_224.augreg2_in21k_ft_in1k"
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"a .keras file, hub id, directory or file "
-                                                               f"(default {DEFAULT_MODEL})")
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"a .keras file, hub id, directory or file (default {DEFAULT_MODEL})",
+    )
     parser.add_argument("--export-dir", default="models/vit", help="TF Serving's model base path")
     parser.add_argument("--version", type=int, default=1)
     parser.add_argument("--top-k", type=int, default=5)
@@ -35,12 +39,23 @@ def main(argv=None):
         class_names = labels["class_names"] if labels else None
     else:
         model = vit_keras.from_pretrained(args.model)
-        class_names = [name for _, name in vit_keras.imagenet_classes()] if model.output_shape[-1] == 1000 else None
-    path = vit_keras.export.saved_model(model, args.export_dir, version=args.version, class_names=class_names,
-                                        top_k=min(args.top_k, model.output_shape[-1]))
+        class_names = (
+            [name for _, name in vit_keras.imagenet_classes()]
+            if model.output_shape[-1] == 1000
+            else None
+        )
+    path = vit_keras.export.saved_model(
+        model,
+        args.export_dir,
+        version=args.version,
+        class_names=class_names,
+        top_k=min(args.top_k, model.output_shape[-1]),
+    )
     print(f"wrote {path}")
-    print(f"serve it: docker run -p 8501:8501 -v \"$PWD/{args.export_dir}:/models/vit\" -e MODEL_NAME=vit "
-          "tensorflow/serving")
+    print(
+        f'serve it: docker run -p 8501:8501 -v "$PWD/{args.export_dir}:/models/vit" -e MODEL_NAME=vit '
+        "tensorflow/serving"
+    )
 
 
 if __name__ == "__main__":

@@ -3,8 +3,11 @@ the site. The site itself is built with `mkdocs build --strict` by `make docs`, 
 
 import dataclasses
 import importlib.util
+import os
 import pathlib
 import re
+import shutil
+import subprocess
 import sys
 
 import keras
@@ -55,12 +58,13 @@ def test_variants_table_matches_the_constructors(hooks):
 
 def test_weights_table_matches_the_registry(hooks):
     """Every row of the generated checkpoint table is a registry entry with the same constructor, name,
-    resolution, classes (and pre_logits width), size, top-1, source and URL; and every entry has its row."""
+    resolution, classes (and pre_logits width), top-1, source, URL and size (the link's text); and every entry has
+    its row."""
     entries = {(f"`{_variant_function_name(e.variant)}`", f"`{e.name}`"): e for e in vit_keras.list_weights()}
     seen = set()
     for row in _rows(hooks.weights_table()):
-        assert len(row) == 8, row
-        constructor, name, source, resolution, classes, size, top1, link = row
+        assert len(row) == 7, row
+        constructor, name, source, resolution, classes, top1, link = row
         entry = entries.get((constructor, name))
         assert entry is not None, f"row {constructor} {name} is not registered"
         assert (constructor, name) not in seen, f"{constructor} {name} is listed twice"
@@ -69,15 +73,15 @@ def test_weights_table_matches_the_registry(hooks):
         classes_text = f"{entry.classes:,}" + (
             f" + pre_logits {entry.representation_size}" if entry.representation_size else "")
         assert classes == classes_text, row
-        assert size == (f"{entry.size_mib:,.0f} MiB" if entry.size_mib else "—"), row
         if entry.top1 is None:
             assert top1 == "—", row
         else:
             number, label = re.fullmatch(r"([\d.]+): (.+)", top1).groups()
             assert float(number) == entry.top1 and label == entry.top1_source, row
-        url = re.fullmatch(r"\[`([^`]+)`\]\(([^)]+)\)", link)
+        url = re.fullmatch(r"\[([^\]]+)\]\(([^)]+)\)", link)
         assert url is not None, link
-        assert url.group(2) == entry.url and entry.url.endswith("/" + url.group(1)), row
+        assert url.group(2) == entry.url, row
+        assert url.group(1) == (f"{entry.size_mib:,.0f} MiB" if entry.size_mib else "file"), row
         assert source.replace("→", "->") == entry.source, row
     assert seen == set(entries), f"registered but not in the table: {sorted(set(entries) - seen)}"
 
@@ -254,3 +258,205 @@ def test_a_missing_extra_names_the_install_form():
         require("no_such_module_for_the_docs_test", "inspection", "Drawing inspection figures")
     assert str(caught.value).endswith('it comes with the [inspection] extra of vit-keras3: '
                                       'pip install -e ".[inspection]" in the vit_keras source tree')
+
+
+# --- recipes, families' hub ids, generated VARIANTS table, API examples, changelog, the browser check -------------
+
+RECIPES = ROOT / "recipes"
+SNIPPET = re.compile(r'^--8<-- "([^"]+)"$', re.MULTILINE)
+
+
+def test_every_recipe_script_is_shown_whole_on_a_page():
+    """Each recipes/*.py is included (pymdownx.snippets) by a page, under a title naming the file, so that the page
+    shows the script the tests run; an included file that does not exist fails the build (check_paths)."""
+    included = {}
+    for page in sorted((DOCS / "recipes").glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        for path in SNIPPET.findall(text):
+            included[path] = page
+            assert f'```python title="{path}"\n--8<-- "{path}"\n```' in text, (page, path)
+    scripts = {f"recipes/{path.name}" for path in RECIPES.glob("*.py")}
+    assert scripts == set(included), f"not shown: {sorted(scripts - set(included))}"
+
+
+# The families the loading page gives a hub id for, and the id a recipe loads by default must be among them.
+FAMILIES_WITH_IDS = ("ViT (paper, AugReg)", "DINOv2", "DINOv3", "CLIP image tower", "SigLIP image tower",
+                     "SigLIP 2 image tower", "SigLIP 2 NaFlex", "EVA-02", "Perception Encoder", "I-JEPA")
+
+
+def _hub_id_rows() -> dict:
+    text = (DOCS / "loading.md").read_text(encoding="utf-8")
+    section = text[text.index("## Families and hub ids"):text.index("## Load your own checkpoint")]
+    table = "\n".join(line for line in section.splitlines() if line.startswith("|"))
+    return {row[0]: row[1] for row in _rows(table)}
+
+
+def test_the_families_table_gives_a_well_formed_hub_id_for_every_family():
+    from vit_keras.weights import hub
+
+    rows = _hub_id_rows()
+    for family in FAMILIES_WITH_IDS:
+        assert any(name.startswith(family) for name in rows), f"no hub id for {family}"
+    for family, cell in rows.items():
+        source = cell.strip("`")
+        assert hub.is_hub_id(source), (family, cell)
+        hub.parse(source)  # a malformed id raises
+    defaults = {f"`hf-hub:{line.split('hf-hub:')[1].split(chr(34))[0]}`"
+                for path in RECIPES.glob("*.py") for line in path.read_text().splitlines()
+                if line.startswith("DEFAULT_MODEL = ")}
+    assert defaults <= set(rows.values()), defaults - set(rows.values())
+
+
+def test_variants_fields_table_is_the_package_table(hooks):
+    """The configs API page's `VARIANTS` table: a row per variant, each cell the config's own value, every field
+    that differs between variants a column and every other field named below the table."""
+    table, _, note = hooks.variants_fields_table().partition("\n\n")
+    header = [cell.strip().strip("`") for cell in table.splitlines()[0].strip("|").split("|")]
+    rows = _rows(table)
+    assert [row[0] for row in rows] == [f"`{key!r}`" for key in VARIANTS]
+    for row in rows:
+        config = VARIANTS[ast_literal(row[0].strip("`"))]
+        for field, cell in zip(header[1:], row[1:]):
+            value = getattr(config, field)
+            if dataclasses.is_dataclass(value):
+                assert cell == ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(value).items()), cell
+            else:
+                assert cell == ("—" if value is None else hooks._value(value)), (row[0], field, cell)
+    fields = {f.name for f in dataclasses.fields(next(iter(VARIANTS.values())))} - {"name"}
+    assert set(header[1:]) | set(re.findall(r"`(\w+)=", note)) == fields
+
+
+def ast_literal(text):
+    import ast
+
+    return ast.literal_eval(text)
+
+
+@pytest.fixture(scope="module")
+def griffe_examples():
+    spec = importlib.util.spec_from_file_location("vit_keras_docs_griffe_examples", DOCS / "griffe_examples.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_shown_setup_defines_what_the_doctest_setup_does(griffe_examples):
+    """The lines the API pages show for the doctest setup's names make the same objects as vit_keras/conftest.py."""
+    import numpy as np
+
+    from vit_keras import conftest
+
+    assert set(conftest.EXAMPLE_NAMES) | set(conftest.SESSION_FILES) <= set(griffe_examples.SETUP)
+    namespace = {}
+    for name in ("np", "keras", "vit_keras", "tiny_model", "images", "labels"):
+        code = "\n".join(griffe_examples.SETUP[name])
+        exec(compile(code, f"setup of {name}", "exec"), namespace)  # noqa: S102 (the docs' own lines)
+    assert namespace["tiny_model"].get_config() == conftest.tiny_model().get_config()
+    np.testing.assert_array_equal(namespace["images"], conftest.EXAMPLE_NAMES["images"]())
+    np.testing.assert_array_equal(namespace["labels"], conftest.EXAMPLE_NAMES["labels"]())
+
+
+def _example_sections(docstring: str):
+    """The code (prompts removed) of each `Examples:` section of a docstring."""
+    for section in re.split(r"^\s*Examples:[ \t]*$", docstring, flags=re.MULTILINE)[1:]:
+        yield "\n".join(line.strip()[4:] for line in section.splitlines()
+                        if line.strip().startswith((">>> ", "... ")))
+
+
+def test_every_api_example_defines_the_setup_names_it_uses(griffe_examples):
+    """Every docstring example of the package, as the API pages show it, defines each doctest-setup name it uses
+    before using it; `tiny_model` etc. in an example that defines nothing is the defect this guards against."""
+    import ast
+
+    setup_names = set(griffe_examples.SETUP)
+    checked = 0
+    for path in sorted((ROOT / "vit_keras").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef))]
+        for node in nodes:
+            docstring = ast.get_docstring(node, clean=True)
+            if not docstring or "Example" not in docstring:
+                continue
+            shown = griffe_examples.with_setup(griffe_examples.EXAMPLE_HEADING.sub(r"\1Examples:", docstring))
+            for code in _example_sections(shown):
+                used = {name for name in setup_names if re.search(rf"(?<![\w.]){name}\b", code)}
+                for name in used:
+                    first_use = re.search(rf"(?<![\w.]){name}\b", code).start()
+                    assert griffe_examples._defines(code[:first_use + len(name) + 40], name), (
+                        f"{path.relative_to(ROOT)}: an example uses {name} without defining it:\n{code[:400]}")
+                checked += 1
+    assert checked > 100, checked
+
+
+def test_setup_lines_follow_dependencies(griffe_examples):
+    assert griffe_examples.setup_lines("tflite_predict(tflite_file, images)") == [
+        "import numpy as np", "import vit_keras", *griffe_examples.SETUP["tiny_model"],
+        *griffe_examples.SETUP["images"], *griffe_examples.SETUP["tflite_file"]]
+    assert griffe_examples.setup_lines("tiny_model = 1\ntiny_model.summary()") == []
+
+
+def test_table_code_of_several_words_may_wrap_one_word_may_not(hooks):
+    html = "<p><code>a b</code></p><table><td><code>a b</code> <code>augreg-imagenet21k</code></td></table>"
+    assert hooks.mark_wrappable_code(html) == ('<p><code>a b</code></p><table><td><code class="vk-words">a b</code>'
+                                               ' <code>augreg-imagenet21k</code></td></table>')
+
+
+def test_the_changelog_has_the_current_version_and_the_header_shows_it(hooks):
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert re.search(rf"^## {re.escape(vit_keras.__version__)}\b", changelog, re.MULTILINE), "no heading"
+    assert (DOCS / "changelog.md").read_text(encoding="utf-8").strip() == '--8<-- "CHANGELOG.md"'
+    assert hooks.package_version() == vit_keras.__version__
+    assert hooks.on_config({"site_name": "vit_keras"})["site_name"] == f"vit_keras {vit_keras.__version__}"
+
+
+# --- the browser check (scripts/docs_check.py), where Chromium is installed -------------------------------------
+
+CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
+                 if shutil.which(name)), None)
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
+BAD_PAGE = """<!doctype html><html><head><style>
+body { margin: 0; } article { width: 600px; } pre > code { display: block; overflow: auto; white-space: pre; }
+</style></head><body><article>
+<pre><code>short line
+a line far too long for a column of six hundred pixels: {long}</code></pre>
+<table><tr><th>name</th></tr><tr><td><code>{long_name}</code></td></tr></table>
+<table style="width: 60px"><tr><td>
+<code style="word-break: break-all; white-space: normal">augreg-imagenet21k+imagenet2012</code></td></tr></table>
+</article></body></html>"""
+
+
+def _docs_check(*args):
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "docs_check.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_docs_check_finds_clipped_code_wide_tables_and_broken_names(tmp_path):
+    (tmp_path / "index.html").write_text(BAD_PAGE.replace("{long}", "x" * 120).replace("{long_name}", "y" * 150))
+    result = _docs_check(tmp_path, "--width", 800)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "code block clipped by" in result.stdout, result.stdout
+    assert "table 1" in result.stdout and "columns hidden behind a scroll bar" in result.stdout, result.stdout
+    assert "broken across lines: 'augreg-imagenet21k+imagenet2012'" in result.stdout, result.stdout
+    assert "the page scrolls sideways" in result.stdout, result.stdout
+    (tmp_path / "index.html").write_text("<html><body><article><pre><code>fits</code></pre></article></body></html>")
+    fine = _docs_check(tmp_path, "--width", 800)
+    assert fine.returncode == 0 and fine.stdout.strip().endswith("OK"), fine.stdout + fine.stderr
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_the_site_fits_1400_pixels(tmp_path):
+    """The built site's busiest pages at 1400 px: no clipped or wrapped code, no hidden table columns, no sideways
+    scroll, no broken names (`make docs-check` runs every page)."""
+    env = {**os.environ, "KERAS_HOME": str(tmp_path / "keras"), "MPLCONFIGDIR": str(tmp_path / "mpl"),
+           "XDG_CACHE_HOME": str(tmp_path / "cache"), "NO_MKDOCS_2_WARNING": "1"}
+    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-3000:]
+    pages = ["index.html", "model-zoo/index.html", "loading/index.html", "migration/index.html",
+             "recipes/embeddings/index.html", "recipes/finetune-folder/index.html", "api/configs/index.html",
+             "troubleshooting/index.html"]
+    result = _docs_check(tmp_path / "site", "--pages", *pages)
+    assert result.returncode == 0, result.stdout + result.stderr
