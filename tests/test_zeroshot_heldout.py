@@ -21,6 +21,7 @@ from vit_keras.zeroshot import losses
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.filterwarnings("ignore:.*longer than the model.s context:UserWarning")
 TEXTS = ["a photo of a cat", "a photo of a dog on the grass", "Don't stop 123!", "a red car"]
 # Each case: the family whose tokenizer it reuses, the config, the image size (H, W).
 HELDOUT = {
