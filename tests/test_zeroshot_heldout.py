@@ -240,3 +240,29 @@ def test_siglip_model_with_a_gemma_tokenizer_matches_transformers(tmp_path):
     logits = model.logits(model.encode_image(images), model.encode_text(ids, mask))
     want = out.logits_per_image.numpy()
     assert np.abs(logits - want).max() <= cases.RELATIVE_TOLERANCE * max(1.0, np.abs(want).max())
+
+
+@pytest.mark.slow
+def test_siglip2_naflex_batch_of_two_sizes_matches_transformers(tmp_path):
+    # flexible=True: a NaFlex batch (images of different grids, padded to one length with a mask), against
+    # Siglip2Model.get_image_features with the same patches, mask and spatial shapes.
+    family, reference, _ = _make("siglip2_wide_image", str(tmp_path))
+    model = zeroshot.from_pretrained(str(tmp_path), include_preprocessing=False, flexible=True)
+    patch, length, rng = 4, 32, np.random.default_rng(3)
+    patches, masks, grids = [], [], []
+    for rows, cols in ((4, 6), (5, 3)):
+        image = rng.uniform(-1, 1, (rows * patch, cols * patch, 3)).astype(np.float32)
+        cut = image.reshape(rows, patch, cols, patch, 3).transpose(0, 2, 1, 3, 4).reshape(rows * cols, -1)
+        padded = np.zeros((length, cut.shape[1]), np.float32)
+        padded[: len(cut)] = cut
+        patches.append(padded)
+        masks.append(np.arange(length) < len(cut))
+        grids.append((rows, cols))
+    inputs = {"patches": np.stack(patches), "grid": np.array(grids, "int32"), "mask": np.stack(masks).astype("int32")}
+    with torch.no_grad():
+        want = reference.get_image_features(pixel_values=torch.tensor(inputs["patches"]),
+                                            pixel_attention_mask=torch.tensor(inputs["mask"], dtype=torch.long),
+                                            spatial_shapes=torch.tensor(inputs["grid"], dtype=torch.long))
+    want = getattr(want, "pooler_output", want).numpy()
+    found = model.encode_image(inputs)
+    assert np.abs(found - want).max() <= cases.RELATIVE_TOLERANCE * max(1.0, np.abs(want).max())
