@@ -27,12 +27,13 @@ import numpy as np
 
 from vit_keras.weights import hub
 from vit_keras.weights.safetensors_io import read_safetensors
-from vit_keras.zeroshot import transforms
+from vit_keras.zeroshot import open_clip, transforms
 from vit_keras.zeroshot.families import FAMILIES, Family
 from vit_keras.zeroshot.text_config import TextConfig
 from vit_keras.zeroshot.tokenizer import returns_attention_mask
 
 CONFIG_NAME = "config.json"
+PREPROCESSOR_NAME = "preprocessor_config.json"
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
 VISION_PREFIX = "vision_model."
@@ -99,6 +100,7 @@ class Checkpoint:
     head_params: dict
     vision_config: dict
     vision_tensors: dict
+    preprocessor: dict | None = None  # the image processor's config (its normalisation), when the checkpoint has one
 
 
 def _require(config: dict, key: str, kind, file: str, default=None):
@@ -218,14 +220,40 @@ def apply_rules(rules, tensors: dict, *, family_name: str, num_layers: int, num_
     return out
 
 
+def _read_preprocessor(path: str) -> dict | None:
+    file = os.path.join(path, PREPROCESSOR_NAME)
+    if not os.path.isfile(file):
+        return None
+    with open(file, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def read_checkpoint(path: str) -> Checkpoint:
-    """Read an image-text directory: refuses what it cannot run, naming the file and the key."""
+    """Read an image-text directory (transformers, or open_clip's layout of CLIP: `vit_keras.zeroshot.open_clip`):
+    refuses what it cannot run, naming the file and the key."""
     path = os.fspath(path)
-    family_name, config = read_config(path)
-    file = os.path.join(path, CONFIG_NAME)
-    text = text_config(family_name, config, file, use_attention_mask=returns_attention_mask(path))
-    tensors = read_tensors(path)
-    weights_file = os.path.join(path, WEIGHTS_NAME)
+    if open_clip.is_open_clip_dir(path):
+        config, preprocessor = open_clip.read_config(path)
+        family_name, file = "clip", os.path.join(path, open_clip.CONFIG_NAME)
+        weights_file = os.path.join(path, open_clip.WEIGHTS_NAME)
+        if not os.path.isfile(weights_file):
+            pickles = [name for name in open_clip.PICKLE_NAMES if os.path.isfile(os.path.join(path, name))]
+            why = (f"its weights are pickle files ({', '.join(pickles)}), which vit_keras never loads (unpickling "
+                   "can run code)" if pickles else f"its files are {sorted(os.listdir(path))}")
+            raise ValueError(f"{path!r} has no {open_clip.WEIGHTS_NAME}: {why}. Use a repository that publishes "
+                             "safetensors weights.")
+        text = text_config(family_name, config, file, use_attention_mask=returns_attention_mask(path))
+        vision = config["vision_config"]
+        tensors = open_clip.to_transformers(
+            dict(read_safetensors(weights_file)),
+            {"visual.transformer": vision["num_hidden_layers"], "transformer": text.num_layers}, weights_file)
+    else:
+        family_name, config = read_config(path)
+        file = os.path.join(path, CONFIG_NAME)
+        text = text_config(family_name, config, file, use_attention_mask=returns_attention_mask(path))
+        tensors = read_tensors(path)
+        weights_file = os.path.join(path, WEIGHTS_NAME)
+        preprocessor = _read_preprocessor(path)
     used: set = set()
     common = dict(family_name=family_name, num_heads=text.num_heads, file=weights_file, used=used)
     text_params = apply_rules(TEXT_RULES, tensors, num_layers=text.num_layers, **common)
@@ -240,4 +268,4 @@ def read_checkpoint(path: str) -> Checkpoint:
                          "file and its config.json describe the same model.")
     return Checkpoint(path=path, family_name=family_name, family=FAMILIES[family_name], config=config,
                       text_config=text, text_params=text_params, head_params=head_params,
-                      vision_config=config["vision_config"], vision_tensors=vision_tensors)
+                      vision_config=config["vision_config"], vision_tensors=vision_tensors, preprocessor=preprocessor)

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 
 import keras
 
 import vit_keras
-from vit_keras.zeroshot.hf_reader import CONFIG_NAME, WEIGHTS_NAME, Checkpoint
+from vit_keras.zeroshot.hf_reader import CONFIG_NAME, PREPROCESSOR_NAME, WEIGHTS_NAME, Checkpoint
 
-PREPROCESSOR_NAME = "preprocessor_config.json"
 IMAGE_MODEL_NAME = "image_model"
 
 
@@ -35,13 +33,10 @@ def _write_vision_directory(checkpoint: Checkpoint, directory: str) -> None:
     with open(os.path.join(directory, CONFIG_NAME), "w", encoding="utf-8") as f:
         json.dump(config, f)
     save_file(checkpoint.vision_tensors, os.path.join(directory, WEIGHTS_NAME))
-    own = os.path.join(checkpoint.path, PREPROCESSOR_NAME)
-    if os.path.isfile(own):
-        shutil.copyfile(own, os.path.join(directory, PREPROCESSOR_NAME))
-    else:
-        with open(os.path.join(directory, PREPROCESSOR_NAME), "w", encoding="utf-8") as f:
-            json.dump({"do_normalize": True, "image_mean": list(checkpoint.family.mean),
-                       "image_std": list(checkpoint.family.std)}, f)
+    preprocessor = checkpoint.preprocessor or {"do_normalize": True, "image_mean": list(checkpoint.family.mean),
+                                               "image_std": list(checkpoint.family.std)}
+    with open(os.path.join(directory, PREPROCESSOR_NAME), "w", encoding="utf-8") as f:
+        json.dump(preprocessor, f)
 
 
 def image_model(checkpoint: Checkpoint, *, include_preprocessing: bool = True, image_size=None,
