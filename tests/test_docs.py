@@ -460,3 +460,81 @@ def test_the_site_fits_1400_pixels(tmp_path):
              "troubleshooting/index.html"]
     result = _docs_check(tmp_path / "site", "--pages", *pages)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _message(call) -> str:
+    try:
+        call()
+    except Exception as error:  # noqa: BLE001 (any error: its message is what the page quotes)
+        return str(error)
+    raise AssertionError("no error was raised")
+
+
+def test_troubleshooting_quotes_the_messages_the_package_gives(tmp_path):
+    """Each entry of the troubleshooting page quotes an error as the package words it: the errors are raised here
+    and the words the page quotes are looked for in them, so a reworded message fails this test until the page
+    follows."""
+    import json
+
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    from vit_keras.extras import require
+    from vit_keras.images import naflex_patches
+
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    timm_dir = ROOT / "tests" / "fixtures" / "family" / "timm_avg_fcnorm" / "checkpoint"
+    tiny = dict(patch_size=8, hidden_size=48, num_layers=1, num_heads=3, mlp_dim=96)
+
+    def copy(name, edit_config=None, edit_tensors=None):
+        target = tmp_path / name
+        target.mkdir()
+        config = json.loads((timm_dir / "config.json").read_text())
+        tensors = load_file(str(timm_dir / "model.safetensors"))
+        (target / "config.json").write_text(json.dumps(edit_config(config) if edit_config else config))
+        save_file(edit_tensors(tensors) if edit_tensors else tensors, str(target / "model.safetensors"))
+        return str(target)
+
+    def with_nan(tensors):
+        key = sorted(tensors)[3]
+        tensors[key] = tensors[key].copy()
+        tensors[key].flat[0] = np.nan
+        return tensors
+
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    (whole / "config.json").write_text(json.dumps({"model_type": "siglip2", "vision_config": {}, "text_config": {}}))
+    (tmp_path / "x.pth").write_bytes(b"PK\x03\x04")
+    flexible = vit_keras.ViT(flexible=True, classes=2, **tiny)
+    cases = {
+        "is a gated repository and no token was sent": None,  # raised by the hub: tests/test_recipes.py
+        "is not in the Hugging Face cache and HF_HUB_OFFLINE is set": None,  # tests/test_hub.py
+        "is not a hub repository id; write ORG/NAME": lambda: vit_keras.from_pretrained("hf-hub:not a repo"),
+        "holds a whole siglip2 model (text and vision); save its vision tower (Siglip2VisionModel)":
+            lambda: vit_keras.from_pretrained(str(whole)),
+        "is a PyTorch pickle file; vit_keras does not load pickles (unpickling can run code).":
+            lambda: vit_keras.from_pretrained(str(tmp_path / "x.pth")),
+        "is not a ViT vit_keras knows":
+            lambda: vit_keras.from_pretrained(copy("arch", lambda c: {**c, "architecture": "convnext_tiny"})),
+        "does not fit this model; nothing was loaded.": lambda: vit_keras.load_weights(
+            vit_keras.ViT(image_size=32, classes=2, gelu_approximate=None, layer_norm_epsilon=None,
+                          **{**tiny, "hidden_size": 64, "num_heads": 4}), str(timm_dir)),
+        "has 1 NaN / 0 infinite values; the file is corrupt or was saved after training diverged. Nothing was "
+        "loaded": lambda: vit_keras.from_pretrained(copy("nan", edit_tensors=with_nan)),
+        "Unknown weights 'imagenet22k' for ViT-B/16. Did you mean":
+            lambda: vit_keras.ViTB16(weights="imagenet22k"),
+        "Image height 30 is not divisible by patch_size 16; use 16 or 32 instead.":
+            lambda: vit_keras.ViT(image_size=30, classes=2, **{**tiny, "patch_size": 16}),
+        "not a multiple of the patch size 16 on each side; resize it first": lambda: naflex_patches(
+            [np.zeros((20, 32, 3))], patch_size=16, max_num_patches=16, resize=False),
+        "expects 3 named input(s) with keys ['grid', 'mask', 'patches'], but it received 1 input tensors.":
+            lambda: flexible(np.zeros((1, 32, 32, 3), "float32")),
+        "it comes with the [inspection] extra of vit-keras3: pip install -e \".[inspection]\" in the vit_keras source "
+        "tree": lambda: require("matplotlib_not_here", "inspection", "Drawing inspection figures"),
+    }
+    flat_page = " ".join(page.replace("*", "").split())
+    for quoted, call in cases.items():
+        assert quoted in flat_page, f"the page does not quote {quoted!r}"
+        if call is not None:
+            message = " ".join(_message(call).split())
+            assert quoted in message, f"the package now says {message[:300]!r}, the page {quoted!r}"
