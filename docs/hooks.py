@@ -97,12 +97,16 @@ def _assignments(path: pathlib.Path) -> dict[str, ast.expr]:
 
 
 def constructors() -> dict[str, str]:
-    """Variant -> the named constructor `vit_keras/models.py` defines for it (`"B/16"` -> `"ViTB16"`)."""
+    """Variant -> the named constructor the models module defines for it (`"B/16"` -> `"ViTB16"`), from its
+    `ViTB16 = _CONSTRUCTORS["B/16"]` lines (`vit_keras/models.py`, or the modules of a `vit_keras/models/` package)."""
     found = {}
-    for name, value in _assignments(PACKAGE / "models.py").items():
-        if (isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name)
-                and value.value.id == "_CONSTRUCTORS" and isinstance(value.slice, ast.Constant)):
-            found[value.slice.value] = name
+    for path in [PACKAGE / "models.py", *sorted((PACKAGE / "models").glob("*.py"))]:
+        if not path.is_file():
+            continue
+        for name, value in _assignments(path).items():
+            if (isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name)
+                    and value.value.id == "_CONSTRUCTORS" and isinstance(value.slice, ast.Constant)):
+                found[value.slice.value] = name
     return found
 
 
