@@ -290,3 +290,17 @@ def test_clip_configs_with_the_legacy_eos_id_pool_at_the_largest_id(tmp_path):
     pooling = zeroshot.TextPooling("argmax")
     assert np.asarray(pooling(pooled, np.array([[5, 9, 7, 7]]))).tolist() == [[3.0, 4.0, 5.0]]
     assert np.asarray(zeroshot.TextPooling("last")(pooled, np.array([[5, 9, 7, 7]]))).tolist() == [[9.0, 10.0, 11.0]]
+
+
+def test_texts_are_encoded_in_batches_with_the_same_result(models, monkeypatch):
+    from vit_keras.zeroshot import model as model_module
+
+    model = models["siglip2"]
+    ids, mask = model.tokenize([f"a photo of a {name}" for name in ("cat", "dog", "car", "tree", "boat")])
+    whole = model.encode_text(ids, mask)
+    monkeypatch.setattr(model_module, "TEXT_BATCH", 2)
+    np.testing.assert_array_equal(model.encode_text(ids, mask), whole)
+    # Braces other than the class slot are kept as they are.
+    features = model.class_text_features(["cat"], ["a {} in {style}"])
+    np.testing.assert_allclose(features, np.asarray(l2_normalize(model.encode_text(
+        *model.tokenize(["a cat in {style}"])))), atol=1e-6)

@@ -23,8 +23,7 @@ from vit_keras.zeroshot.text import ATTENTION_MASK, TOKEN_IDS, text_model, text_
 from vit_keras.zeroshot.tokenizer import Tokenizer
 from vit_keras.zeroshot.vision import image_model
 
-# The prompt CLIP's paper uses when no templates are given; `{}` is the class name.
-DEFAULT_TEMPLATE = "a photo of a {}."
+TEXT_BATCH = 256  # texts encoded at a time
 
 
 def assign(slots: dict, params: dict, source: str) -> None:
@@ -92,8 +91,11 @@ class ZeroShotModel:
         mask = np.ones(token_ids.shape, np.int32) if attention_mask is None else np.asarray(attention_mask, np.int32)
         if mask.shape != token_ids.shape:
             raise ValueError(f"encode_text: attention_mask has shape {mask.shape}, token_ids {token_ids.shape}.")
-        inputs = {TOKEN_IDS: token_ids.astype(np.int32), ATTENTION_MASK: mask}
-        return np.asarray(keras.ops.convert_to_numpy(self.text_model(inputs, training=False)))
+        # In batches: a prompt ensemble over many classes is tens of thousands of texts.
+        parts = [self.text_model({TOKEN_IDS: token_ids[start:start + TEXT_BATCH].astype(np.int32),
+                                  ATTENTION_MASK: mask[start:start + TEXT_BATCH]}, training=False)
+                 for start in range(0, len(token_ids), TEXT_BATCH)]
+        return np.concatenate([np.asarray(keras.ops.convert_to_numpy(part)) for part in parts])
 
     def logits(self, image_features, text_features):
         """`logits_per_image` (N, T): exp(logit_scale) · cosine (+ logit_bias); `.T` is `logits_per_text`."""
@@ -113,7 +115,8 @@ class ZeroShotModel:
             if not templates or not all(isinstance(t, str) and "{}" in t for t in templates):
                 raise ValueError(f"classify: templates must be strings with a '{{}}' for the class name, got "
                                  f"{templates!r}.")
-            prompts = [template.format(name) for name in class_names for template in templates]
+            # replace, not format: other braces in a template or a class name stay as they are
+            prompts = [template.replace("{}", name) for name in class_names for template in templates]
             count = len(templates)
         features = l2_normalize(self.encode_text(*self.tokenize(prompts)))
         features = keras.ops.mean(keras.ops.reshape(features, (len(class_names), count, -1)), axis=1)
