@@ -198,8 +198,8 @@ class Tokenizer:
                              "only and would give other ids. Re-save the tokenizer with a fast class (e.g. set "
                              "tokenizer_class to TokenizersBackend after checking its ids against transformers).")
         pipeline = PIPELINES.get(name, AS_SAVED)
-        special = {name: _special(config.get(name, pipeline.defaults.get(name)))
-                   for name in ("unk_token", "bos_token", "eos_token", "pad_token")}
+        special = {key: _special(config.get(key, pipeline.defaults.get(key)))
+                   for key in ("unk_token", "bos_token", "eos_token", "pad_token")}
         with open(file, encoding="utf-8") as f:
             tokenizer_json = json.load(f)
         try:
@@ -228,8 +228,8 @@ class Tokenizer:
     def token_id(self, token: str) -> int:
         index = self.backend.token_to_id(token)
         if index is None:
-            raise ValueError(f"{self.source}: the token {token!r} is not in its "
-                             "vocabulary.")
+            raise ValueError(f"{self.source}: the token {token!r} is not in its vocabulary; its tokenizer_config.json "
+                             "and tokenizer.json are not of the same tokenizer.")
         return int(index)
 
     @property
