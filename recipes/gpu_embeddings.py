@@ -2,8 +2,9 @@
 
     KERAS_BACKEND=jax python recipes/gpu_embeddings.py photos --output embeddings.npy
 
-Install a GPU build first (`pip install -e ".[jax-cuda]"` in the source tree, or the `[gpu]` /
-`[torch]` extras: see "Running on a GPU"). The script stops with an error when no GPU is visible,
+Install a GPU build first, in the source tree: `pip install -e ".[jax-cuda,tensorflow]"` (JAX on
+the GPU; TensorFlow's CPU build decodes the image files), or the `[gpu]` extra (TensorFlow on the
+GPU): see "Running on a GPU". The script stops with an error when no GPU is visible,
 since a silent fall back to the CPU is what it guards against; `--allow-cpu` runs it on the CPU
 anyway (and says so), e.g. to try it on a laptop. It prints what vit_keras sees (GPUs, compute
 capabilities, the attention path), the dtype policy chosen for the device (bfloat16 from compute
