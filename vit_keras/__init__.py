@@ -36,12 +36,15 @@ from vit_keras.weights.share import push_to_hub
 
 __version__ = "0.1.0"
 
-# vit-keras 0.2.0's modules (`from vit_keras import vit, utils, visualize`), imported on first use.
+# vit-keras 0.2.0's modules (`from vit_keras import vit, utils, visualize`), and the modules of the zero-shot and
+# dense-prediction models (`vit_keras.zeroshot.from_pretrained(...)`), imported on first use: the zero-shot models
+# need the `[zeroshot]` extra, which a classifier does not.
 _MIGRATION_MODULES = ("vit", "utils", "visualize")
+_LAZY_MODULES = (*_MIGRATION_MODULES, "zeroshot", "dense")
 
 
 def __getattr__(name):
-    if name in _MIGRATION_MODULES:
+    if name in _LAZY_MODULES:
         import importlib
 
         return importlib.import_module(f"vit_keras.{name}")
