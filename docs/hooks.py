@@ -9,8 +9,8 @@ the build. The facts come from where they are written once:
   every built model has);
 - the checkpoints: `vit_keras.weights.registry.REGISTRY` (what `vit_keras.list_weights()` returns);
 - the families each checkpoint library's reader takes: the architecture tables of `vit_keras.weights.timm`
-  (`SIZES`, `SWITCHES`, `NAFLEX_ARCHITECTURES`), `vit_keras.weights.timm_eva` (`FAMILIES`), `vit_keras.weights.hf`
-  (`MODEL_CLASSES`) and `vit_keras.weights.hf_families` (`FAMILIES`, `WHOLE_MODELS`), so that a family added to
+  (`SIZES`, `SWITCHES`, `NAFLEX_ARCHITECTURES`), `vit_keras.weights.timm_eva` (`FAMILIES`) and
+  `vit_keras.weights.hf_families` (`FAMILIES`, `WHOLE_MODELS`), so that a family added to
   one of them is in the docs with no second entry.
 
 These modules are read without running the package's `__init__` (which imports Keras and TensorFlow, 5-20 s), and
@@ -250,10 +250,8 @@ def timm_tokens_table() -> str:
 
 def transformers_families_table() -> str:
     """The transformers model types each reader takes, with the classes that write them."""
-    _, _, hf, hf_families = _readers()
+    _, _, _, hf_families = _readers()
     lines = [_row(("`model_type`", "transformers classes", "read by")), _row(("---",) * 3)]
-    lines += [_row((f"`{kind}`", ", ".join(f"`{c}`" for c in classes.split(", ")), f"`{hf.__name__}`"))
-              for kind, classes in hf.MODEL_CLASSES.items()]
     lines += [_row((f"`{kind}`", ", ".join(f"`{c}`" for c in family.classes.split(", ")),
                     f"`{hf_families.__name__}`")) for kind, family in hf_families.FAMILIES.items()]
     lines += [_row((f"`{kind}`", f"its vision tower, as `{tower}`", f"`{hf_families.__name__}`"))
@@ -333,11 +331,10 @@ def family_fields_table() -> str:
         lines.append(_row((family.name, "timm `eva.py`, every size", _per_size(by_size))))
     sizes = {"hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 3, "intermediate_size": 96,
              "patch_size": 16, "image_size": 224}
-    readers = [(kind, hf) for kind in hf.MODEL_CLASSES] + [(kind, hf_families) for kind in hf_families.FAMILIES]
-    for kind, reader in readers:
+    for kind in hf_families.FAMILIES:
         config = {"model_type": kind, **sizes, **HF_REQUIRED_KEYS.get(kind, {})}
         lines.append(_row((f"`{kind}`", "transformers `config.json`",
-                           _fields(_switched(reader.architecture(config, "config.json"))) or "—")))
+                           _fields(_switched(hf.architecture(config, "."))) or "—")))
     return "\n".join(lines)
 
 
