@@ -193,3 +193,21 @@ def test_google_npz_missing_a_block_weight_is_refused_by_name(tmp_path):
     path = str(tmp_path / "broken.npz")
     np.savez(path, **arrays)
     _refusal(lambda: vit_keras.from_pretrained(path), path, f"Missing from the checkpoint (1): {deleted}")
+
+
+def test_every_transformers_family_row_gives_vitconfig_fields_and_the_switches_its_table_names():
+    """A row's fields are `ViTConfig`'s own (no pseudo-fields) and build a valid config; every bias switch its rule
+    table names is one the row reads (a `ViTConfig` switch or one of its config.json bias keys)."""
+    from vit_keras.configs import ViTConfig
+
+    sizes = {"hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 3, "intermediate_size": 96,
+             "patch_size": 8, "image_size": 32, "num_patches": 16, "max_img_size": 64, "norm_mean": [0.5] * 3,
+             "norm_std": [0.5] * 3, "num_cls_tokens": 2}
+    gated = {"use_gated_mlp": True, "hidden_act": "silu", "mlp_bias": False}
+    for kind, family in hf_families.FAMILIES.items():
+        for extra in ({}, gated) if kind == "dinov3_vit" else ({},):
+            fields, switches = family.read({**sizes, **extra}, "config.json")
+            assert ViTConfig(**fields).to_dict(), kind
+            table = family.rule_table(fields, switches)
+            named = {rule.bias for rule in table.rules if isinstance(rule.bias, str)}
+            assert named <= set(switches), (kind, named - set(switches))

@@ -34,7 +34,7 @@ import numpy as np
 
 from vit_keras.files import atomic_directory
 from vit_keras.layers.dtypes import quantized_layers
-from vit_keras.weights import hf, rules, timm
+from vit_keras.weights import hf, hf_families, rules, timm
 from vit_keras.weights.assign import model_slots
 
 logger = logging.getLogger("vit_keras.weights")
@@ -232,8 +232,8 @@ _HF_FIXED = {
                                 patch_bias=True, qkv_bias=True),
 }
 _HF_ALL = dict(distilled=False, num_register_tokens=0, no_embed_class=False)
-_HF_CLASSES = {"vit": "ViTModel", "dinov2": "Dinov2Model", "clip_vision_model": "CLIPVisionModel",
-               "siglip_vision_model": "SiglipVisionModel"}
+# The base model class of each: the first class its reader's Family row names.
+_HF_CLASSES = {kind: hf_families.FAMILIES[kind].classes.split(", ")[0] for kind in _HF_FIXED}
 
 
 def transformers_model_type(config) -> str:
