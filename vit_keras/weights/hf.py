@@ -178,9 +178,9 @@ def canonicalize(tensors: dict[str, np.ndarray], config: dict, *, source: str | 
     """
     source = rules.source_name(tensors, source)
     file = os.path.join(os.path.dirname(source), CONFIG_NAME)
-    others = hf_families.WHOLE_MODELS.get(config.get("model_type"), ("", ()))[1]
-    tensors = {key: value for key, value in tensors.items() if not key.startswith(others)}
     family, tower = family_of(config, file)
+    if tower is not config:  # a whole image-text model read as its vision tower: the other towers are not read
+        tensors = {key: value for key, value in tensors.items() if not key.startswith(family.whole.others)}
     fields, switches = family.read(tower, file)
     params = rules.apply_table(family.rule_table(fields, switches), tensors, num_heads=fields["num_heads"],
                                source=source, switches=switches, fields=fields)
