@@ -146,6 +146,25 @@ def test_pickle_only_directory_is_refused(tmp_path):
                       weights=str(directory / "pytorch_model.bin"))
 
 
+def test_model_type_chooses_the_family_row_and_refusals_name_the_key_and_file():
+    """One lookup by model_type: no model_type is ViT, an unknown one is refused with the types read, a whole CLIP is
+    refused with the tower to save, a key a row refuses or a value no row runs is named with its file."""
+    from vit_keras.weights import hf
+
+    sizes = {"hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 3, "patch_size": 8, "image_size": 32}
+    assert hf.family_of(sizes, "d/config.json")[0].model_type == "vit"
+    with pytest.raises(ValueError, match=r"'d/config.json' holds a 'beit' model; vit_keras reads Hugging Face"):
+        hf.architecture({**sizes, "model_type": "beit"}, "d")
+    with pytest.raises(ValueError, match=r"holds a whole clip model .* save its vision tower \(CLIPVisionModel\)"):
+        hf.architecture({"model_type": "clip", "vision_config": sizes}, "d")
+    with pytest.raises(ValueError, match=r"'d/config.json': use_swiglu_ffn \(a SwiGLU MLP"):
+        hf.architecture({**sizes, "model_type": "dinov2", "use_swiglu_ffn": True}, "d")
+    with pytest.raises(ValueError, match=r"'d/config.json': 'hidden_act' is 'relu'; .* hidden_act in \['gelu'"):
+        hf.architecture({**sizes, "model_type": "siglip_vision_model", "hidden_act": "relu"}, "d")
+    with pytest.raises(ValueError, match=r"'d/config.json' has no 'num_hidden_layers'"):
+        hf.architecture({"model_type": "vit", "hidden_size": 48}, "d")
+
+
 def test_bfloat16_weights_and_no_qkv_bias(tmp_path, monkeypatch):
     """A bfloat16 checkpoint (read without torch) and qkv_bias=False; compared with the same bf16 values in
     float32 torch."""
