@@ -4,7 +4,7 @@ A page asks for a table with a marker line, `<!-- generated: NAME -->` (NAME in 
 the build. The facts come from where they are written once:
 
 - the variants: `vit_keras.configs.VARIANTS`;
-- the constructor of each variant: the `ViTB16 = _CONSTRUCTORS["B/16"]` lines of `vit_keras/models.py`;
+- the constructor of each variant: the `ViTB16 = _CONSTRUCTORS["B/16"]` lines of `vit_keras/models/applications.py`;
 - the parameter counts: `PAPER_PARAMS` in `tests/test_configs.py` (vit_jax's counts, which that test asserts
   every built model has);
 - the checkpoints: `vit_keras.weights.registry.REGISTRY` (what `vit_keras.list_weights()` returns);
@@ -127,7 +127,7 @@ def variants_table() -> str:
              _row(("---",) * 2 + ("---:",) * 5 + ("---", "---:"))]
     for variant, config in variants.items():
         if variant not in names:
-            raise ValueError(f"vit_keras/models.py defines no named constructor for the variant {variant!r}")
+            raise ValueError(f"vit_keras/models/ defines no named constructor for the variant {variant!r}")
         constructor = names[variant]
         patch = config.patch_size if config.resnet is None else f"{config.patch_size} (ResNet map)"
         stages = "—" if config.resnet is None else (
