@@ -34,10 +34,10 @@ import keras
 import numpy as np
 from keras import ops
 
+from vit_keras.model_class import VisionTransformer
 from vit_keras.model_config import config_of
 
 OUTPUT_FORMATS = ("NHWC", "NCHW", "NLC")
-BLOCK_NAME = "Transformer_encoderblock_{}"
 STEM = "stem"
 _STAGE = re.compile(r"stage([0-9]+)\Z")
 
@@ -170,10 +170,11 @@ class PrefixTokens(keras.layers.Layer):
 
 def _block_output(model, index: int):
     """The symbolic tokens after block `index` (-1: the tokens entering block 0)."""
+    blocks = _vision_transformer(model).blocks
     if index < 0:
-        name = "pre_norm" if config_of(model).pre_norm else "patch_encoder"
-        return model.get_layer(name).output
-    block = model.get_layer(BLOCK_NAME.format(index))
+        inputs = blocks[0].input  # the tokens, then a RoPE model's tables or a NaFlex model's token mask
+        return inputs[0] if isinstance(inputs, (list, tuple)) else inputs
+    block = blocks[index]
     if block.query_tokens is not None:
         raise ValueError(f"{model.name!r} computes its last block for its head tokens only (head_tokens_only=True), "
                          f"so block {index} has no patch tokens; rebuild it with head_tokens_only=False.")
@@ -181,14 +182,21 @@ def _block_output(model, index: int):
 
 
 def _final_norm(model):
-    try:
-        return model.get_layer("encoder_norm")
-    except ValueError:
+    norm = _vision_transformer(model).final_norm
+    if norm is None:
         config = config_of(model)
         where = ("its final norm is applied after pooling (fc_norm)" if config.fc_norm
                  else "it has no norm after the blocks (final_norm=False)")
         raise ValueError(f"norm=True puts each map through the model's final norm over the tokens, and "
-                         f"{model.name!r} has none: {where}. Pass norm=False.") from None
+                         f"{model.name!r} has none: {where}. Pass norm=False.")
+    return norm
+
+
+def _vision_transformer(model) -> VisionTransformer:
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(f"{getattr(model, 'name', model)!r} is not a vit_keras model; build it with vit_keras.ViT "
+                         "or vit_keras.from_pretrained.")
+    return model
 
 
 def intermediate_model(model, indices=1, *, norm: bool = False, output_format: str = "NHWC",

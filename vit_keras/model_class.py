@@ -1,5 +1,7 @@
-"""`VisionTransformer`: the `keras.Model` class vit_keras's builders return, a functional model whose `predict`,
-`evaluate` and `fit` leave it usable when they refuse an input.
+"""`VisionTransformer`: the `keras.Model` class vit_keras's builders return. It carries the `ViTConfig` it was built
+from (`vit_config`, through `get_config` / `from_config` and so through `.keras` files), gives the parts the
+features, dense heads and text towers build on as attributes (`blocks`, `num_prefix_tokens`, `patch_size`,
+`grid_size`), and stays usable when `predict`, `evaluate` and `fit` refuse an input.
 
 On the JAX backend, Keras 3's `predict`, `evaluate` and `fit` take every variable's value out of the model (to hand
 the values to the compiled step) before the step is traced, and put them back only when the loop ends. An input
@@ -16,6 +18,12 @@ import contextlib
 
 import keras
 
+from vit_keras.configs import ViTConfig
+
+# Where files saved by vit_keras 0.1.0 keep the config: the patch encoder layer's `architecture` argument.
+LEGACY_CONFIG_LAYER = "patch_encoder"
+# vit_jax's module name, which is also the checkpoint key of its parameters.
+FINAL_NORM_LAYER = "encoder_norm"
 
 @keras.saving.register_keras_serializable(package="vit_keras")
 class VisionTransformer(keras.Model):
@@ -31,6 +39,83 @@ class VisionTransformer(keras.Model):
         >>> model.predict(keras.ops.zeros((3, 4)), verbose=0).shape
         (3, 2)
     """
+
+    _vit_config = None
+
+    @property
+    def vit_config(self) -> ViTConfig | None:
+        """The `ViTConfig` this model was built from (None for a functional model built by hand).
+
+        Example:
+            >>> import vit_keras
+            >>> vit_keras.ViTTi16(image_size=32).vit_config.hidden_size
+            192
+        """
+        if self._vit_config is None:
+            legacy = legacy_architecture(self)
+            if legacy is not None:
+                self._vit_config = ViTConfig.from_dict(legacy)
+        return self._vit_config
+
+    @vit_config.setter
+    def vit_config(self, config: ViTConfig):
+        self._vit_config = config
+        self._blocks = None
+
+    @property
+    def blocks(self) -> tuple:
+        """The encoder's Transformer blocks (`vit_keras.layers.TransformerBlock`), in order: what the features,
+        the dense heads and LoRA read, e.g. `model.blocks[-1].output` for the last block's tokens."""
+        if getattr(self, "_blocks", None) is None:
+            from vit_keras.layers.transformer import TransformerBlock
+
+            self._blocks = tuple(layer for layer in self.layers if isinstance(layer, TransformerBlock))
+        return self._blocks
+
+    @property
+    def final_norm(self):
+        """The norm over the tokens after the last block (`encoder_norm`), or None: a model that normalises after
+        pooling (`fc_norm`) or not at all (`final_norm=False`)."""
+        try:
+            return self.get_layer(FINAL_NORM_LAYER)
+        except ValueError:
+            return None
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens in front of the patch tokens (class, distillation and register tokens)."""
+        return self._config_or_raise().num_prefix_tokens
+
+    @property
+    def patch_size(self) -> int:
+        return self._config_or_raise().patch_size
+
+    @property
+    def grid_size(self) -> tuple[int, int] | None:
+        """The patch grid (rows, columns) of a fixed-size model; None for one that takes any image size."""
+        config = self._config_or_raise()
+        return None if config.dynamic else config.grid_size
+
+    def _config_or_raise(self) -> ViTConfig:
+        if self.vit_config is None:
+            raise ValueError(f"{self.name!r} carries no ViTConfig; build it with vit_keras.ViT or "
+                             "vit_keras.from_pretrained.")
+        return self.vit_config
+
+    def get_config(self):
+        config = super().get_config()
+        if self._vit_config is not None:
+            config["vit_config"] = self._vit_config.to_dict()
+        return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        architecture = config.pop("vit_config", None)
+        model = super().from_config(config, custom_objects=custom_objects)
+        if architecture is not None:
+            model.vit_config = ViTConfig.from_dict(architecture)
+        return model
 
     def __call__(self, *args, **kwargs):
         self._check_flexible_batch(args[0] if args else kwargs.get("inputs"))
@@ -68,6 +153,15 @@ class VisionTransformer(keras.Model):
         """JAX only: upstream frees the variables' values while a loop runs. They are kept, so that a step refused
         while it is traced leaves them in place; the memory this saved was the values' own buffers, which a step
         consumes anyway (Keras donates them to the compiled step)."""
+
+
+def legacy_architecture(model) -> dict | None:
+    """The config dict a file saved by vit_keras 0.1.0 keeps in its patch encoder layer, or None."""
+    try:
+        layer = model.get_layer(LEGACY_CONFIG_LAYER)
+    except ValueError:
+        return None
+    return getattr(layer, "architecture", None)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """Read the `ViTConfig` back off a built vit_keras model.
 
-Every model `vit_keras.models.build_vit` makes stores its config in its `patch_encoder` layer (also through `.keras`
-save and load). This module sits below both `models` and `weights`, which read it, and imports only `configs`.
+Every model `vit_keras.models.build_vit` makes is a `VisionTransformer` that carries its config (`vit_config`, also
+through `.keras` save and load; files saved by 0.1.0 keep it in their `patch_encoder` layer, which it also reads).
 
 Example:
     >>> import vit_keras
@@ -12,9 +12,10 @@ Example:
 
 from __future__ import annotations
 
-from vit_keras.configs import ViTConfig
+import keras
 
-CONFIG_LAYER = "patch_encoder"
+from vit_keras.configs import ViTConfig
+from vit_keras.model_class import LEGACY_CONFIG_LAYER, VisionTransformer, legacy_architecture
 
 
 def config_of(model) -> ViTConfig:
@@ -25,11 +26,24 @@ def config_of(model) -> ViTConfig:
         >>> config_of(vit_keras.ViTTi16(image_size=32)).hidden_size
         192
     """
-    try:
-        architecture = model.get_layer(CONFIG_LAYER).architecture
-    except (ValueError, AttributeError) as error:
-        raise ValueError(f"{getattr(model, 'name', model)!r} is not a vit_keras model (no {CONFIG_LAYER!r} layer "
-                         "carrying a config); build it with vit_keras.ViT or vit_keras.from_pretrained.") from error
-    if architecture is None:
-        raise ValueError(f"{model.name!r} does not carry its architecture; build it with vit_keras.ViT.")
-    return ViTConfig.from_dict(architecture)
+    config = model.vit_config if isinstance(model, VisionTransformer) else None
+    if config is None:
+        architecture = legacy_architecture(model) if isinstance(model, keras.Model) else None
+        if architecture is None:
+            raise ValueError(f"{getattr(model, 'name', model)!r} is not a vit_keras model (it carries no ViTConfig); "
+                             "build it with vit_keras.ViT or vit_keras.from_pretrained.")
+        config = ViTConfig.from_dict(architecture)
+    return config
+
+
+def config_among(layers) -> ViTConfig | None:
+    """The config of the first vit_keras model (or, for a file saved by 0.1.0, patch encoder) among `layers`, e.g.
+    a wrapping model's flattened layers; None if there is none."""
+    for layer in layers:
+        config = getattr(layer, "vit_config", None) if isinstance(layer, VisionTransformer) else None
+        if config is None and layer.name == LEGACY_CONFIG_LAYER:
+            architecture = getattr(layer, "architecture", None)
+            config = None if architecture is None else ViTConfig.from_dict(architecture)
+        if config is not None:
+            return config
+    return None

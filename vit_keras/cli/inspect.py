@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from vit_keras.configs import VARIANTS, ViTConfig
+from vit_keras.configs import VARIANTS
 
 
 def register(subparsers) -> None:
@@ -78,19 +78,19 @@ def run(args) -> int:
     from vit_keras.cli.predict import load_image
     from vit_keras.inspection import AttentionProbe, write_figures
     from vit_keras.inspection.plots import require_matplotlib
+    from vit_keras.model_config import config_among
 
     require_matplotlib("matplotlib.figure")  # before the model loads, not after
     model = load_model(args)
     probe = AttentionProbe(model)
     height, width, _ = probe.input_shape
     if height is None or width is None:
-        architecture = probe.patch_encoder.architecture
-        if architecture is None or probe.patches.flatten:
+        config = config_among([model, *model.layers])
+        if config is None or probe.patches.flatten:
             raise ValueError(f"model {model.name!r} takes any image size; build it with a fixed image_size to "
                              "inspect")
         # A ViT of any size: --image-size, or the size its position embeddings are stored at.
-        height, width = (args.image_size,) * 2 if args.image_size else ViTConfig.from_dict(
-            architecture).reference_image_size
+        height, width = (args.image_size,) * 2 if args.image_size else config.reference_image_size
     images = np.stack([load_image(path, (height, width)) for path in args.images])
     if not _rescales(model):
         # Built with include_preprocessing=False: the model takes [-1, 1], not [0, 255].

@@ -75,15 +75,14 @@ def _is_softmax_dense(layer) -> bool:
 
 def _any_size_config(layers):
     """The `ViTConfig` of the ViT among `layers` if it was built for any image size, None otherwise."""
-    from vit_keras.configs import ViTConfig
-    from vit_keras.layers import PatchEncoder, Patches
+    from vit_keras.layers import Patches
+    from vit_keras.model_config import config_among
 
     patches = [layer for layer in layers if isinstance(layer, Patches)]
-    encoders = [layer for layer in layers if isinstance(layer, PatchEncoder)]
-    if len(patches) != 1 or patches[0].flatten or len(encoders) != 1 or encoders[0].architecture is None:
+    config = config_among(layers)
+    if len(patches) != 1 or patches[0].flatten or config is None:
         return None
     # An unflattened patch grid also serves a fixed-size model whose table is resampled in the graph (RADIO's).
-    config = ViTConfig.from_dict(encoders[0].architecture)
     return config if config.dynamic else None
 
 
@@ -146,7 +145,7 @@ def describe_model(model, include_preprocessing=None, allow_any_size=False) -> S
             f"{len(model.outputs)} outputs."
         )
     shape = tuple(model.inputs[0].shape)
-    any_size_config = _any_size_config(layers) if allow_any_size else None
+    any_size_config = _any_size_config([model, *layers]) if allow_any_size else None
     if any_size_config is not None and len(shape) == 4:
         shape = (shape[0], *any_size_config.reference_image_size, shape[3])
     if len(shape) != 4 or shape[1] is None or shape[2] is None:

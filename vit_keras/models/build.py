@@ -15,7 +15,7 @@ from vit_keras.layers.flexible import FlexiblePatchEncoder, TokenMask, flexible_
 from vit_keras.layers.norms import norm_layer
 from vit_keras.layers.pooling import AttentionPoolingHead
 from vit_keras.layers.rope import RotaryEmbedding2D
-from vit_keras.model_class import VisionTransformer
+from vit_keras.model_class import FINAL_NORM_LAYER, VisionTransformer
 from vit_keras.models.inputs import INPUT_NAME, check_head_options, check_normalization, head_token_count
 
 DEFAULT_LAYER_NORM_EPSILON = ViTConfig.layer_norm_epsilon
@@ -101,7 +101,7 @@ def build_vit(
 
     Layers are named as vit_jax's parameters (`patch_encoder`, `Transformer_encoderblock_{i}`, `encoder_norm`,
     `head`); the family's extra layers are `pre_norm`, `fc_norm`, `MAPHead_0` and `head_dist`. The config itself
-    is stored in the `patch_encoder` layer's config, so a saved model carries its architecture (`config_of`).
+    is the model's own (`VisionTransformer.vit_config`, saved with it), so a saved model carries its architecture.
 
     `dtype` (see `ViT`) reaches every layer: a `DTypePolicyMap` is read by layer path, so the layers it names as
     quantized build their quantized variables; the head stays float32 unless the map names it.
@@ -157,7 +157,7 @@ def build_vit(
         )(x, **({} if token_mask is None else {"token_mask": token_mask}),
           **({} if rope is None else {"rope": rope[i] if isinstance(rope, list) else rope}))
     if config.final_norm and not config.fc_norm:
-        x = norm(name="encoder_norm")(x)
+        x = norm(name=FINAL_NORM_LAYER)(x)
 
     if include_top:
         pooling = config.global_pool
@@ -196,7 +196,9 @@ def build_vit(
             x = head(x)
         if classifier_activation not in (None, "linear"):
             x = keras.layers.Activation(classifier_activation, dtype=float32("predictions"), name="predictions")(x)
-    return VisionTransformer(inputs, x, name=name or "vit")
+    model = VisionTransformer(inputs, x, name=name or "vit")
+    model.vit_config = config
+    return model
 
 
 def _encoder_arguments(config: ViTConfig, dtype) -> dict:
@@ -212,7 +214,6 @@ def _encoder_arguments(config: ViTConfig, dtype) -> dict:
         num_register_tokens=config.num_register_tokens,
         no_embed_class=config.no_embed_class,
         patch_bias=config.patch_bias,
-        architecture=config.to_dict(),
         pos_interpolation=config.pos_interpolation,
         patch_norm=config.patch_norm,
         norm_epsilon=config.layer_norm_epsilon,
