@@ -130,7 +130,7 @@ def test_layer_norm_epsilon_and_gelu_defaults(tiny_kwargs):
     model = vit_keras.ViT(image_size=16, **tiny_kwargs)
     block = model.get_layer("Transformer_encoderblock_0")
     assert block.norm_1.epsilon == block.norm_2.epsilon == model.get_layer("encoder_norm").epsilon == 1e-6
-    assert block.gelu_approximate is True
+    assert block.block_config.activation == "gelu_tanh"  # gelu_approximate=True in the older vocabulary
     model = vit_keras.ViT(image_size=16, layer_norm_epsilon=1e-12, gelu_approximate=False, **tiny_kwargs)
     assert model.get_layer("encoder_norm").epsilon == 1e-12
     assert model.get_layer("Transformer_encoderblock_1").mlp.gelu_approximate is False

@@ -207,7 +207,7 @@ def test_the_default_block_is_the_paper_block():
     assert type(block.norm_1).__name__ == "LayerNormalization" and type(block.mlp).__name__ == "MlpBlock"
     assert type(block.attention).__name__ == "ProjectionAttention"
     assert len(block.weights) == 16
-    config = block.get_config()
+    config = block.get_config()["block"]  # the block's config, whole
     assert (config["mlp"], config["norm"], config["rope"], config["mlp_norm"], config["mlp_bias"]) == (
         "gelu", "layernorm", None, None, True)
 

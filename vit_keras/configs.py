@@ -118,6 +118,88 @@ def check_hw(name, value):
 
 
 @dataclasses.dataclass(frozen=True)
+class BlockConfig:
+    """The fields one encoder block reads, which `vit_keras.layers.TransformerBlock` takes whole: the attention
+    (heads, q/k/v biases, a 2-D RoPE layout and the prefix tokens it leaves unrotated), the MLP (its kind, width,
+    activation, hidden norm and biases), the norms and LayerScale, and dropout. `ViTConfig.block` is a model's; the
+    fields are validated here, once, for both.
+
+    Example:
+        >>> BlockConfig(num_heads=3, mlp_dim=96, mlp="swiglu", norm="rmsnorm").mlp
+        'swiglu'
+        >>> BlockConfig(num_heads=3, mlp_dim=96, mlp_norm="layernorm")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `mlp_norm` and `mlp_bias=False` apply to the SwiGLU MLPs only; ...
+    """
+
+    num_heads: int
+    mlp_dim: int
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    layer_norm_epsilon: float = 1e-6
+    activation: str = "gelu_tanh"
+    layer_scale: bool = False
+    qkv_bias: bool = True
+    mlp: str = "gelu"
+    mlp_norm: str | None = None
+    mlp_bias: bool = True
+    norm: str = "layernorm"
+    rope: str | None = None
+    num_prefix_tokens: int = 1
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        set_(self, "num_heads", check_positive_int("num_heads", self.num_heads))
+        set_(self, "mlp_dim", check_positive_int("mlp_dim", self.mlp_dim))
+        set_(self, "num_prefix_tokens", check_positive_int("num_prefix_tokens", self.num_prefix_tokens,
+                                                           allow_zero=True))
+        set_(self, "dropout_rate", _check_rate("dropout_rate", self.dropout_rate))
+        set_(self, "attention_dropout_rate", _check_rate("attention_dropout_rate", self.attention_dropout_rate))
+        eps = self.layer_norm_epsilon
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0.0 < eps < 1.0:
+            raise ValueError(f"`layer_norm_epsilon` must be a float in (0, 1), e.g. 1e-6, got {eps!r}.")
+        set_(self, "layer_norm_epsilon", float(eps))
+        for field in ("layer_scale", "qkv_bias", "mlp_bias"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"`{field}` must be True or False, got {getattr(self, field)!r}.")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {self.activation!r}.")
+        if self.mlp not in MLPS:
+            raise ValueError(f"`mlp` must be one of {MLPS}, got {self.mlp!r}.")
+        if self.mlp_norm is not None and self.mlp_norm not in NORMS:
+            raise ValueError(f"`mlp_norm` must be None or one of {NORMS}, got {self.mlp_norm!r}.")
+        if self.mlp == "gelu" and (self.mlp_norm is not None or not self.mlp_bias):
+            raise ValueError("`mlp_norm` and `mlp_bias=False` apply to the SwiGLU MLPs only; pass mlp='swiglu' or "
+                             "'swiglu_packed', or leave them at None and True.")
+        if self.norm not in NORMS:
+            raise ValueError(f"`norm` must be one of {NORMS}, got {self.norm!r}.")
+        if self.rope is not None and self.rope not in ROPE_LAYOUTS:
+            raise ValueError(f"`rope` must be None or one of {ROPE_LAYOUTS}, got {self.rope!r}.")
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping) -> BlockConfig:
+        """A block's config from keyword arguments in either vocabulary (`gelu_approximate` is the older name of
+        `activation`: `translate_aliases`), e.g. a layer's config in a `.keras` file saved by 0.1.0.
+
+        Example:
+            >>> BlockConfig.from_arguments({"num_heads": 2, "mlp_dim": 8, "gelu_approximate": False}).activation
+            'gelu'
+        """
+        fields = translate_aliases(arguments)
+        unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise TypeError(f"Unknown block arguments {unknown}; the fields of a block are "
+                            f"{[f.name for f in dataclasses.fields(cls)]}.")
+        if fields.get("activation") is None:
+            fields.pop("activation", None)
+        return cls(**fields)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class ViTConfig:
     """The architecture of a Vision Transformer: every fact the builder and the checkpoint readers need.
 
@@ -231,8 +313,9 @@ class ViTConfig:
         if self.image_size is not None:
             set_(self, "image_size", check_hw("image_size", self.image_size))
         set_(self, "resnet", ResNetConfig.from_any(self.resnet))
-        for field in ("class_token", "distilled", "no_embed_class", "pre_norm", "layer_scale", "qkv_bias",
-                      "patch_bias", "fc_norm", "mlp_bias", "final_norm"):
+        # The block's own switches (layer_scale, qkv_bias, mlp_bias) are checked by `BlockConfig`.
+        for field in ("class_token", "distilled", "no_embed_class", "pre_norm", "patch_bias", "fc_norm",
+                      "final_norm"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"`{field}` must be True or False, got {getattr(self, field)!r}.")
         if self.hidden_size % self.num_heads:
@@ -241,8 +324,6 @@ class ViTConfig:
                 f"`hidden_size` {self.hidden_size} is not divisible by `num_heads` {self.num_heads}; pick num_heads "
                 f"from {divisors} or change hidden_size."
             )
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {self.activation!r}.")
         self._check_parts()
         self._check_radio_parts()
         if self.global_pool not in POOLS:
@@ -298,15 +379,7 @@ class ViTConfig:
 
     def _check_parts(self):
         set_ = object.__setattr__
-        if self.mlp not in MLPS:
-            raise ValueError(f"`mlp` must be one of {MLPS}, got {self.mlp!r}.")
-        if self.mlp_norm is not None and self.mlp_norm not in NORMS:
-            raise ValueError(f"`mlp_norm` must be None or one of {NORMS}, got {self.mlp_norm!r}.")
-        if self.mlp == "gelu" and (self.mlp_norm is not None or not self.mlp_bias):
-            raise ValueError("`mlp_norm` and `mlp_bias=False` apply to the SwiGLU MLPs only; pass mlp='swiglu' or "
-                             "'swiglu_packed', or leave them at None and True.")
-        if self.norm not in NORMS:
-            raise ValueError(f"`norm` must be one of {NORMS}, got {self.norm!r}.")
+        self.block  # noqa: B018 (the block's fields are validated where its config is made)
         if self.patch_norm is not None and self.patch_norm not in NORMS:
             raise ValueError(f"`patch_norm` must be None or one of {NORMS}, got {self.patch_norm!r}.")
         if self.rope_grid_indexing not in ROPE_GRID_INDEXING:
@@ -330,8 +403,6 @@ class ViTConfig:
                 raise ValueError(f"{changed} configure a 2-D RoPE but `rope` is None; pass rope='interleaved', "
                                  "'rotate_half' or 'mixed', or leave them at their defaults.")
             return
-        if self.rope not in ROPE_LAYOUTS:
-            raise ValueError(f"`rope` must be None or one of {ROPE_LAYOUTS}, got {self.rope!r}.")
         head_dim = self.hidden_size // self.num_heads
         if head_dim % 4:
             raise ValueError(f"2-D RoPE needs a head width (hidden_size / num_heads = {head_dim}) divisible by 4; "
@@ -362,6 +433,17 @@ class ViTConfig:
     def num_prefix_tokens(self) -> int:
         """Tokens in front of the patches: class tokens, distillation, registers (in that order)."""
         return self.num_class_tokens * int(self.class_token) + int(self.distilled) + self.num_register_tokens
+
+    @property
+    def block(self) -> BlockConfig:
+        """What each encoder block reads (`vit_keras.layers.TransformerBlock` takes it whole).
+
+        Example:
+            >>> VARIANTS["B/16"].block.num_heads, VARIANTS["B/16"].block.num_prefix_tokens
+            (12, 1)
+        """
+        return BlockConfig(**{field.name: getattr(self, field.name) for field in dataclasses.fields(BlockConfig)
+                              if field.name != "num_prefix_tokens"}, num_prefix_tokens=self.num_prefix_tokens)
 
     @property
     def image_grid(self) -> tuple[int, int] | None:

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import keras
 from keras import ops
 
-from vit_keras.configs import ACTIVATIONS, MLPS
+from vit_keras.configs import ACTIVATIONS, MLPS, BlockConfig
 from vit_keras.layers import attention_path as attention_paths
 from vit_keras.layers.checkpoint import nested, plain
 from vit_keras.layers.dtypes import SublayerPolicies
-from vit_keras.layers.norms import NORMS, norm_layer
+from vit_keras.layers.norms import norm_layer
 from vit_keras.layers.rope import LAYOUTS, rotate_tokens, rotation_tables, split_tables
 from vit_keras.layers.swiglu import SwiGLUBlock
 
 MLP_KINDS = MLPS  # the config's vocabulary
+# The keywords a `TransformerBlock` takes as its block's fields: `BlockConfig`'s, and the older `gelu_approximate`.
+BLOCK_ARGUMENTS = (*(field for field in BlockConfig.__dataclass_fields__), "gelu_approximate")
 
 QUICK_GELU_SCALE = 1.702
 # The tanh GELU 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) is x·sigmoid(2·√(2/π)·(x + 0.044715·x³)), since
@@ -335,56 +338,36 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
         (1, 2, 5, 5)
     """
 
-    def __init__(
-        self,
-        num_heads: int,
-        mlp_dim: int,
-        dropout_rate: float = 0.0,
-        attention_dropout_rate: float = 0.0,
-        layer_norm_epsilon: float = 1e-6,
-        gelu_approximate: bool = True,
-        activation: str | None = None,
-        layer_scale: bool = False,
-        query_tokens: int | None = None,
-        qkv_bias: bool = True,
-        mlp: str = "gelu",
-        norm: str = "layernorm",
-        rope: str | None = None,
-        num_prefix_tokens: int = 1,
-        mlp_norm: str | None = None,
-        mlp_bias: bool = True,
-        **kwargs,
-    ):
+    def __init__(self, num_heads: int | None = None, mlp_dim: int | None = None, *, block: BlockConfig | None = None,
+                 query_tokens: int | None = None, **kwargs):
+        # The block's fields come whole (`block=config.block`, as `build_vit` passes them) or as keywords (the layer
+        # on its own, and the configs of `.keras` files saved by 0.1.0, older names included): one `BlockConfig`
+        # either way, which validates them.
+        fields = {name: kwargs.pop(name) for name in list(kwargs) if name in BLOCK_ARGUMENTS}
+        if num_heads is not None:
+            fields["num_heads"] = num_heads
+        if mlp_dim is not None:
+            fields["mlp_dim"] = mlp_dim
         super().__init__(**kwargs)
+        if isinstance(block, Mapping):
+            block = BlockConfig(**block)
+        if block is not None and fields:
+            raise TypeError(f"Pass the block's fields either as `block=` or as keywords, not both (got "
+                            f"{sorted(fields)} beside block=).")
+        block = block if block is not None else BlockConfig.from_arguments(fields)
         if query_tokens is not None and int(query_tokens) < 1:
             raise ValueError(f"`query_tokens` must be a positive number of tokens or None, got {query_tokens!r}.")
+        self.block_config = block
         self.query_tokens = None if query_tokens is None else int(query_tokens)
-        self.num_heads = int(num_heads)
-        self.mlp_dim = int(mlp_dim)
-        self.dropout_rate = float(dropout_rate)
-        self.attention_dropout_rate = float(attention_dropout_rate)
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.activation = _resolve_activation(activation, gelu_approximate)
-        self.gelu_approximate = self.activation == "gelu_tanh"
-        self.layer_scale = bool(layer_scale)
-        if not isinstance(qkv_bias, bool):
-            raise ValueError(f"`qkv_bias` must be True or False, got {qkv_bias!r}.")
-        self.qkv_bias = qkv_bias
-        if mlp not in MLP_KINDS:
-            raise ValueError(f"`mlp` must be one of {MLP_KINDS}, got {mlp!r}.")
-        if norm not in NORMS:
-            raise ValueError(f"`norm` must be one of {NORMS}, got {norm!r}.")
-        if rope is not None and rope not in LAYOUTS:
-            raise ValueError(f"`rope` must be None or one of {LAYOUTS}, got {rope!r}.")
-        if mlp == "gelu" and (mlp_norm is not None or not mlp_bias):
-            raise ValueError("`mlp_norm` and `mlp_bias=False` apply to the SwiGLU MLPs only; pass mlp='swiglu' or "
-                             "'swiglu_packed', or leave them at None and True.")
-        if int(num_prefix_tokens) < 0:
-            raise ValueError(f"`num_prefix_tokens` must be 0 or more, got {num_prefix_tokens!r}.")
-        self.mlp_kind, self.norm_kind, self.rope = mlp, norm, rope
-        self.num_prefix_tokens = int(num_prefix_tokens)
-        self.mlp_norm = mlp_norm
-        self.mlp_bias = bool(mlp_bias)
+        # The parts below read the block's fields under these names.
+        self.num_heads, self.mlp_dim, self.rope = block.num_heads, block.mlp_dim, block.rope
+        self.dropout_rate, self.attention_dropout_rate = block.dropout_rate, block.attention_dropout_rate
+        self.layer_norm_epsilon, self.activation = block.layer_norm_epsilon, block.activation
+        self.layer_scale, self.qkv_bias = block.layer_scale, block.qkv_bias
+        self.num_prefix_tokens = block.num_prefix_tokens
+        self.mlp_kind, self.norm_kind = block.mlp, block.norm
+        self.mlp_norm, self.mlp_bias = block.mlp_norm, block.mlp_bias
+        mlp, norm, mlp_norm = block.mlp, block.norm, block.mlp_norm
         self.norm_1 = norm_layer(norm, self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm_0")
         self.norm_2 = norm_layer(norm, self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm_2")
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
@@ -472,22 +455,4 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
         return out
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "num_heads": self.num_heads,
-            "mlp_dim": self.mlp_dim,
-            "dropout_rate": self.dropout_rate,
-            "attention_dropout_rate": self.attention_dropout_rate,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "gelu_approximate": self.gelu_approximate,
-            "activation": self.activation,
-            "layer_scale": self.layer_scale,
-            "query_tokens": self.query_tokens,
-            "qkv_bias": self.qkv_bias,
-            "mlp": self.mlp_kind,
-            "norm": self.norm_kind,
-            "rope": self.rope,
-            "num_prefix_tokens": self.num_prefix_tokens,
-            "mlp_norm": self.mlp_norm,
-            "mlp_bias": self.mlp_bias,
-        }
+        return {**super().get_config(), "block": self.block_config.to_dict(), "query_tokens": self.query_tokens}

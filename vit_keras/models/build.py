@@ -135,22 +135,10 @@ def build_vit(
 
     if config.pre_norm:
         x = norm(name="pre_norm")(x)
+    block = config.block
     for i in range(config.num_layers):
         x = TransformerBlock(
-            config.num_heads,
-            config.mlp_dim,
-            dropout_rate=config.dropout_rate,
-            attention_dropout_rate=config.attention_dropout_rate,
-            layer_norm_epsilon=config.layer_norm_epsilon,
-            activation=config.activation,
-            layer_scale=config.layer_scale,
-            qkv_bias=config.qkv_bias,
-            mlp=config.mlp,
-            mlp_norm=config.mlp_norm,
-            mlp_bias=config.mlp_bias,
-            norm=config.norm,
-            rope=config.rope,
-            num_prefix_tokens=config.num_prefix_tokens,
+            block=block,
             query_tokens=head_tokens if i == config.num_layers - 1 else None,
             dtype=dtype,
             name=f"Transformer_encoderblock_{i}",
