@@ -282,8 +282,8 @@ def _defaults() -> dict:
     """`ViTConfig`'s field defaults: the paper ViT's (read once per build, not once per table row)."""
     import dataclasses
 
-    (model_config,) = _modules("vit_keras.model_config")
-    return {field.name: field.default for field in dataclasses.fields(model_config.ViTConfig)}
+    (configs,) = _modules("vit_keras.configs")
+    return {field.name: field.default for field in dataclasses.fields(configs.ViTConfig)}
 
 
 def _switched(fields) -> dict:

@@ -215,7 +215,7 @@ def params_from_model(model):
     encoder = model.get_layer("patch_encoder")
     p["embedding/kernel"] = get(encoder.embedding.kernel)
     p["embedding/bias"] = get(encoder.embedding.bias)
-    if encoder.classifier == "token":
+    if encoder.class_token:
         p["cls"] = get(encoder.cls)
     p["Transformer/posembed_input/pos_embedding"] = get(encoder.pos_embedding)
     i = 0

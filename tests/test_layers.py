@@ -51,7 +51,7 @@ def test_learned_2d_embeddings_concatenate_row_and_column_tables():
 
 
 def test_no_position_embedding_makes_tokens_permutation_equivariant():
-    encoder = layers.PatchEncoder(8, (2, 2), classifier="gap", position_embedding="none")
+    encoder = layers.PatchEncoder(8, (2, 2), class_token=False, position_embedding="none")
     x = np.random.default_rng(0).standard_normal((1, 4, 12)).astype(np.float32)
     out = np.asarray(encoder(x))
     np.testing.assert_allclose(np.asarray(encoder(x[:, ::-1])), out[:, ::-1], atol=1e-6)

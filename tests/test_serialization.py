@@ -52,7 +52,7 @@ def test_weights_file_round_trip_through_the_constructor(tiny_kwargs, tmp_path):
 LAYERS = [
     (layers.Patches(4), (2, 8, 12, 3)),
     (layers.PatchEncoder(16, (2, 3)), (2, 6, 48)),
-    (layers.PatchEncoder(16, (2, 3), classifier="gap", position_embedding="learned_2d"), (2, 6, 48)),
+    (layers.PatchEncoder(16, (2, 3), class_token=False, position_embedding="learned_2d"), (2, 6, 48)),
     (layers.PatchEncoder(16, (2, 3), position_embedding="sincos_2d", dropout_rate=0.1), (2, 6, 48)),
     (layers.PatchEncoder(16, (2, 3), position_embedding="none"), (2, 6, 48)),
     (layers.TransformerBlock(2, 32, dropout_rate=0.1, layer_norm_epsilon=1e-12, gelu_approximate=False), (2, 5, 16)),

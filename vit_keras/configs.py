@@ -117,6 +117,16 @@ def check_hw(name, value):
     return (int(value[0]), int(value[1]))
 
 
+def prefix_token_count(class_token: bool, num_class_tokens: int, distilled: bool, num_register_tokens: int) -> int:
+    """Tokens in front of the patches, in timm's order: the class tokens, DeiT's distillation token, the registers.
+
+    Example:
+        >>> prefix_token_count(True, 1, False, 4)  # DINOv2 with registers
+        5
+    """
+    return int(num_class_tokens) * int(class_token) + int(distilled) + int(num_register_tokens)
+
+
 @dataclasses.dataclass(frozen=True)
 class BlockConfig:
     """The fields one encoder block reads, which `vit_keras.layers.TransformerBlock` takes whole: the attention
@@ -432,7 +442,7 @@ class ViTConfig:
     @property
     def num_prefix_tokens(self) -> int:
         """Tokens in front of the patches: class tokens, distillation, registers (in that order)."""
-        return self.num_class_tokens * int(self.class_token) + int(self.distilled) + self.num_register_tokens
+        return prefix_token_count(self.class_token, self.num_class_tokens, self.distilled, self.num_register_tokens)
 
     @property
     def block(self) -> BlockConfig:

@@ -19,6 +19,7 @@ import contextlib
 import keras
 
 from vit_keras.configs import ViTConfig
+from vit_keras.layers.transformer import TransformerBlock
 
 # Where files saved by vit_keras 0.1.0 keep the config: the patch encoder layer's `architecture` argument.
 LEGACY_CONFIG_LAYER = "patch_encoder"
@@ -67,8 +68,6 @@ class VisionTransformer(keras.Model):
         """The encoder's Transformer blocks (`vit_keras.layers.TransformerBlock`), in order: what the features,
         the dense heads and LoRA read, e.g. `model.blocks[-1].output` for the last block's tokens."""
         if getattr(self, "_blocks", None) is None:
-            from vit_keras.layers.transformer import TransformerBlock
-
             self._blocks = tuple(layer for layer in self.layers if isinstance(layer, TransformerBlock))
         return self._blocks
 
@@ -176,6 +175,37 @@ def _state_kept(model):
         if sync is not None:
             sync()
         raise
+
+
+def config_of(model) -> ViTConfig:
+    """The `ViTConfig` a vit_keras model was built from (also after `.keras` save and load).
+
+    Example:
+        >>> import vit_keras
+        >>> config_of(vit_keras.ViTTi16(image_size=32)).hidden_size
+        192
+    """
+    config = model.vit_config if isinstance(model, VisionTransformer) else None
+    if config is None:
+        architecture = legacy_architecture(model) if isinstance(model, keras.Model) else None
+        if architecture is None:
+            raise ValueError(f"{getattr(model, 'name', model)!r} is not a vit_keras model (it carries no ViTConfig); "
+                             "build it with vit_keras.ViT or vit_keras.from_pretrained.")
+        config = ViTConfig.from_dict(architecture)
+    return config
+
+
+def config_among(layers) -> ViTConfig | None:
+    """The config of the first vit_keras model (or, for a file saved by 0.1.0, patch encoder) among `layers`, e.g.
+    a wrapping model's flattened layers; None if there is none."""
+    for layer in layers:
+        config = getattr(layer, "vit_config", None) if isinstance(layer, VisionTransformer) else None
+        if config is None and layer.name == LEGACY_CONFIG_LAYER:
+            architecture = getattr(layer, "architecture", None)
+            config = None if architecture is None else ViTConfig.from_dict(architecture)
+        if config is not None:
+            return config
+    return None
 
 
 # A legacy whole-model .h5 file names the model's class without the package it is registered under; Keras's .h5

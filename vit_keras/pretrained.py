@@ -13,7 +13,7 @@ import os
 
 from vit_keras import weights as weights_lib
 from vit_keras.configs import VARIANTS, check_hw
-from vit_keras.models import build_from_checkpoint, resolve_config
+from vit_keras.models.factory import build_from_checkpoint, resolve_config
 from vit_keras.weights import hub, registry
 from vit_keras.weights.resample import check_interpolation
 

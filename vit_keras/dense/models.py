@@ -7,7 +7,7 @@ import keras
 
 from vit_keras.dense.heads import DPTHead, LinearSegmentationHead
 from vit_keras.features import intermediate_model
-from vit_keras.model_config import config_of
+from vit_keras.model_class import config_of
 
 HEADS = ("linear", "dpt")
 

@@ -172,7 +172,8 @@ class AttentionProbe:
             # (RADIO's bilinear_crop).
             self.grid_size = patch_grid
         self.num_prefix_tokens = int(self.patch_encoder.num_prefix_tokens)
-        self.classifier = self.patch_encoder.classifier
+        self.class_token = self.patch_encoder.class_token
+        self.classifier = "token" if self.class_token else "gap"  # vit_jax's name for the same fact
         if None in self.image_size:
             stride = self.patches.patch_size * (1 if self.resnet is None else _resnet_stride(self.resnet))
             self.patch_stride = (float(stride), float(stride))

@@ -6,13 +6,12 @@ import keras
 import numpy as np
 from keras import ops
 
-from vit_keras.configs import POSITION_EMBEDDINGS
+from vit_keras.configs import POSITION_EMBEDDINGS, prefix_token_count, translate_aliases
 from vit_keras.layers.checkpoint import CheckpointVariable, nested, plain
 from vit_keras.layers.dtypes import SublayerPolicies
 from vit_keras.layers.interpolation import check_grid_interpolation, resample_grid
 from vit_keras.layers.norms import NORMS, norm_layer
 
-CLASSIFIERS = ("token", "gap")
 POS_EMBEDDING_NAME = "Transformer/posembed_input/pos_embedding"
 
 
@@ -71,8 +70,8 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
     `num_register_tokens` registers (`reg`). `no_embed_class=True` gives the learned 1-D table rows for the patches
     only and joins the prefix tokens after the addition (DINOv2 with registers, big_vision). `patch_norm`
     (`"layernorm"` or `"rmsnorm"`, with `norm_epsilon`) normalises each projected patch before the position
-    embeddings are added (AIMv2), declared as `patch_norm`. `architecture` is the whole model's
-    `ViTConfig.to_dict()`, kept here so that a saved model carries its architecture. `num_class_tokens` > 1 gives
+    embeddings are added (AIMv2), declared as `patch_norm`. `architecture` is read from files saved by
+    0.1.0, which kept the whole model's config here (today's models carry it themselves). `num_class_tokens` > 1 gives
     `cls` the shape (1, n, D) (RADIO's class tokens, in front of the registers).
 
     Given a patch grid `(batch, gh, gw, P·P·C)` (`Patches(flatten=False)`, a model built for any image size)
@@ -92,7 +91,7 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         self,
         hidden_size: int,
         grid_size,
-        classifier: str = "token",
+        class_token: bool = True,
         position_embedding: str = "learned_1d",
         dropout_rate: float = 0.0,
         patch_size: int | None = None,
@@ -107,11 +106,11 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         num_class_tokens: int = 1,
         **kwargs,
     ):
+        if "classifier" in kwargs:  # the older name, in the layer configs of files saved by 0.1.0
+            class_token = translate_aliases({"classifier": kwargs.pop("classifier")})["class_token"]
         super().__init__(**kwargs)
         if patch_norm is not None and patch_norm not in NORMS:
             raise ValueError(f"`patch_norm` must be None or one of {NORMS}, got {patch_norm!r}.")
-        if classifier not in CLASSIFIERS:
-            raise ValueError(f"`classifier` must be one of {CLASSIFIERS}, got {classifier!r}.")
         if position_embedding not in POSITION_EMBEDDINGS:
             raise ValueError(
                 f"`position_embedding` must be one of {POSITION_EMBEDDINGS}, got {position_embedding!r}."
@@ -122,7 +121,7 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
             )
         self.hidden_size = int(hidden_size)
         self.grid_size = tuple(int(g) for g in grid_size)
-        self.classifier = classifier
+        self.class_token = bool(class_token)
         self.position_embedding = position_embedding
         self.dropout_rate = float(dropout_rate)
         self.patch_size = None if patch_size is None else int(patch_size)
@@ -133,13 +132,13 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         self.architecture = None if architecture is None else dict(architecture)
         self.pos_interpolation = check_grid_interpolation(pos_interpolation)
         self.num_class_tokens = int(num_class_tokens)
-        if self.distilled and classifier != "token":
-            raise ValueError("A distillation token needs the class token (classifier='token').")
-        if self.num_class_tokens < 1 or (self.num_class_tokens > 1 and classifier != "token"):
-            raise ValueError(f"`num_class_tokens` must be 1, or more with classifier='token', got "
+        if self.distilled and not self.class_token:
+            raise ValueError("A distillation token needs the class token (class_token=True).")
+        if self.num_class_tokens < 1 or (self.num_class_tokens > 1 and not self.class_token):
+            raise ValueError(f"`num_class_tokens` must be 1, or more with class_token=True, got "
                              f"{num_class_tokens!r}.")
-        self.num_prefix_tokens = ((self.num_class_tokens if classifier == "token" else 0) + int(self.distilled)
-                                  + self.num_register_tokens)
+        self.num_prefix_tokens = prefix_token_count(self.class_token, self.num_class_tokens, self.distilled,
+                                                    self.num_register_tokens)
         self.num_embedded_prefix_tokens = (
             0 if self.no_embed_class or position_embedding != "learned_1d" else self.num_prefix_tokens
         )
@@ -167,7 +166,7 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         self.embedding.build(input_shape)
         if self.patch_norm is not None:
             self.patch_norm.build((*input_shape[:-1], self.hidden_size))
-        if self.classifier == "token":
+        if self.class_token:
             self.cls = self.add_weight(name="cls", shape=(1, self.num_class_tokens, self.hidden_size),
                                        initializer="zeros")
         if self.distilled:
@@ -245,7 +244,7 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
     def join_prefix(self, x):
         """The prefix tokens (class, distillation, registers), with their position rows when the table has them,
         in front of the embedded patch tokens `x` `(batch, N, D)`."""
-        prefix = [self.cls] if self.classifier == "token" else []
+        prefix = [self.cls] if self.class_token else []
         prefix += [self.dist] if self.distilled else []
         prefix += [self.reg] if self.num_register_tokens else []
         if not prefix:
@@ -269,7 +268,7 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
             pos_patches = None if table is None else ops.reshape(table, (1, self.num_patches, self.hidden_size))
         if pos_patches is not None:
             x = x + ops.cast(pos_patches, x.dtype)
-        prefix = [self.cls] if self.classifier == "token" else []
+        prefix = [self.cls] if self.class_token else []
         prefix += [self.dist] if self.distilled else []
         prefix += [self.reg] if self.num_register_tokens else []
         if prefix:
@@ -292,7 +291,7 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
             out["embedding/bias"] = plain(self.embedding.bias)
         if self.patch_norm is not None:
             out.update(nested("patch_norm", self.patch_norm))
-        if self.classifier == "token":
+        if self.class_token:
             out["cls"] = plain(self.cls)
         if self.distilled:
             out["dist"] = plain(self.dist)
@@ -319,7 +318,7 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
             **super().get_config(),
             "hidden_size": self.hidden_size,
             "grid_size": list(self.grid_size),
-            "classifier": self.classifier,
+            "class_token": self.class_token,
             "position_embedding": self.position_embedding,
             "dropout_rate": self.dropout_rate,
             "patch_size": self.patch_size,

@@ -12,7 +12,7 @@ the stored position grid resized to each image's own grid (`pos_interpolation`, 
 average / max pooling read, so that a real token's output depends neither on the padding nor on the other images.
 
 Example:
-    >>> encoder = FlexiblePatchEncoder(hidden_size=16, grid_size=(4, 4), classifier="gap",
+    >>> encoder = FlexiblePatchEncoder(hidden_size=16, grid_size=(4, 4), class_token=False,
     ...                                pos_interpolation="bilinear_antialias")
     >>> patches = np.zeros((2, 6, 12), "float32")
     >>> grid, mask = np.array([[2, 3], [1, 2]], "int32"), np.array([[1] * 6, [1, 1, 0, 0, 0, 0]], "int32")

@@ -2,7 +2,7 @@
 `build` (`build_vit`, the one builder), `factory` (a checkpoint's and the caller's fields resolved into one config,
 built and loaded) and `applications` (`ViT()` and the named variants)."""
 
-from vit_keras.model_config import config_of
+from vit_keras.model_class import config_of
 from vit_keras.models.applications import (
     ViT,
     ViTB8,
@@ -23,9 +23,9 @@ from vit_keras.models.applications import (
     decode_predictions,
     imagenet_classes,
 )
-from vit_keras.models.build import build_vit
+from vit_keras.models.build import build_vit, check_normalization
 from vit_keras.models.factory import OPEN_FIELDS, build_from_checkpoint, resolve_config
-from vit_keras.models.inputs import DEFAULT_SIZE, INPUT_NAME, check_normalization
+from vit_keras.models.inputs import DEFAULT_SIZE, INPUT_NAME
 from vit_keras.preprocessing import preprocess_input
 
 __all__ = [

@@ -18,8 +18,9 @@ from vit_keras.configs import (
     translate_aliases,
 )
 from vit_keras.layers.dtypes import check_model_dtype
+from vit_keras.models.build import check_head_options
 from vit_keras.models.factory import OPEN_FIELDS, build_from_checkpoint, resolve_config
-from vit_keras.models.inputs import DEFAULT_SIZE, check_head_options, resolve_input_shape
+from vit_keras.models.inputs import DEFAULT_SIZE, resolve_input_shape
 
 
 def ViT(

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import functools
+import numbers
+import os
 
 import keras
+import numpy as np
 
+from vit_keras import weights as weights_lib
 from vit_keras.configs import (
     ViTConfig,
 )
@@ -13,12 +17,91 @@ from vit_keras.layers import ImageSizeCheck, MAPHead, PatchEncoder, Patches, Res
 from vit_keras.layers.dtypes import check_model_dtype, policy_for
 from vit_keras.layers.flexible import FlexiblePatchEncoder, TokenMask, flexible_inputs
 from vit_keras.layers.norms import norm_layer
-from vit_keras.layers.pooling import AttentionPoolingHead
+from vit_keras.layers.pooling import POOLINGS, AttentionPoolingHead
 from vit_keras.layers.rope import RotaryEmbedding2D
 from vit_keras.model_class import FINAL_NORM_LAYER, VisionTransformer
-from vit_keras.models.inputs import INPUT_NAME, check_head_options, check_normalization, head_token_count
+from vit_keras.models.inputs import INPUT_NAME
 
 DEFAULT_LAYER_NORM_EPSILON = ViTConfig.layer_norm_epsilon
+
+
+def check_head_options(include_top, pooling, classes, classifier_activation, config: ViTConfig):
+    if include_top:
+        if pooling is not None:
+            raise ValueError(
+                f"`pooling={pooling!r}` applies to include_top=False only (as in keras.applications); with "
+                f"include_top=True the head reads what the architecture pools ({config.global_pool!r}). Drop "
+                "`pooling`, or pass include_top=False."
+            )
+        if isinstance(classes, bool) or not isinstance(classes, numbers.Integral) or classes < 1:
+            raise ValueError(f"`classes` must be a positive integer when include_top=True, got {classes!r}.")
+        try:
+            keras.activations.get(classifier_activation)
+        except (ValueError, TypeError) as error:
+            raise ValueError(
+                f"Unknown `classifier_activation` {classifier_activation!r}; use 'softmax', 'sigmoid', "
+                "None (logits) or a callable."
+            ) from error
+        return
+    if pooling is not None and pooling not in POOLINGS:
+        raise ValueError(f"`pooling` must be one of {POOLINGS} or None, got {pooling!r}.")
+    if pooling == "token" and not config.class_token:
+        raise ValueError("pooling='token' needs a class token, but classifier='gap' has none; use pooling='avg'.")
+    if pooling == "map" and config.global_pool != "map":
+        raise ValueError("pooling='map' is the checkpoint's own attention-pooling head, which this architecture does "
+                         "not have (global_pool is not 'map'); use 'token', 'avg' or 'max'.")
+
+
+def head_token_count(config: ViTConfig, include_top, pooling) -> int:
+    """How many leading tokens the head reads: the class token, and the distillation token of DeiT."""
+    reads = config.global_pool if include_top else pooling
+    if reads != "token":
+        what = f"include_top=True with classifier {config.global_pool!r}" if include_top else f"pooling={pooling!r}"
+        raise ValueError(
+            f"head_tokens_only=True needs a head that reads the class token alone, but {what} reads every token. "
+            "Use it with a class-token classifier (classifier='token', or include_top=False with pooling='token'), "
+            "or drop it."
+        )
+    return config.num_class_tokens + int(config.distilled)
+
+
+def check_normalization(normalization, source=None):
+    """None (the paper's [-1, 1]), or per-channel `(mean, std)` of [0, 1] images, as timm's `pretrained_cfg`, with
+    finite means and finite positive stds: a NaN or infinite value would make every output NaN or wrong, silently.
+
+    `source`: the checkpoint directory whose config.json `pretrained_cfg` gave the values, named in the error.
+
+    Example:
+        >>> check_normalization(((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)))
+        ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+        >>> check_normalization(((0.5, float("nan"), 0.5), (0.5,) * 3))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `normalization` mean[1] (channel 1) is nan; each channel's mean must be a finite number. ...
+    """
+    if normalization is None:
+        return None
+    if source is None:
+        where, fix = "`normalization`", "pass finite means and finite positive stds, e.g. ((0.5,)*3, (0.5,)*3)"
+    else:
+        where = f"{os.path.join(source, weights_lib.timm.CONFIG_NAME)!r} pretrained_cfg"
+        fix = ("correct it in that file (timm's ImageNet values are mean (0.485, 0.456, 0.406), std (0.229, 0.224, "
+               "0.225))")
+    try:
+        mean, std = normalization
+        mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where} must be (mean, std) per channel, e.g. ((0.5,)*3, (0.5,)*3), got "
+                         f"{normalization!r}.") from error
+    if len(mean) != len(std) or not mean:
+        raise ValueError(f"{where} needs as many means as stds, got {normalization!r}.")
+    for name, values, valid, rule in (("mean", mean, np.isfinite, "a finite number"),
+                                      ("std", std, lambda s: np.isfinite(s) and s > 0, "a finite number > 0")):
+        for channel, value in enumerate(values):
+            if not valid(value):
+                raise ValueError(f"{where} {name}[{channel}] (channel {channel}) is {value}; each channel's {name} "
+                                 f"must be {rule}. Got {name} {values}; {fix}.")
+    return mean, std
 
 
 def _preprocessing_layer(normalization, channels, dtype=None):
@@ -194,7 +277,7 @@ def _encoder_arguments(config: ViTConfig, dtype) -> dict:
     return dict(
         hidden_size=config.hidden_size,
         grid_size=config.grid_size,
-        classifier="token" if config.class_token else "gap",
+        class_token=config.class_token,
         position_embedding=config.position_embedding,
         dropout_rate=config.dropout_rate,
         patch_size=config.patch_size,

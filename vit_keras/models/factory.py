@@ -11,8 +11,7 @@ from vit_keras.configs import (
     ViTConfig,
     config_fields,
 )
-from vit_keras.models.build import build_vit
-from vit_keras.models.inputs import check_normalization
+from vit_keras.models.build import build_vit, check_normalization
 
 OPEN_FIELDS = ("activation", "layer_norm_epsilon", "pos_grid", "pos_interpolation")
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from vit_keras.configs import CLASSIFIER_POOLS, config_fields
 from vit_keras.layers.dtypes import quantized_layers
-from vit_keras.model_config import config_of
+from vit_keras.model_class import config_of
 from vit_keras.weights import download, google, hf, hub, json_config, registry, timm, timm_eva
 from vit_keras.weights.assign import assign_params
 from vit_keras.weights.infer import infer_config_fields
