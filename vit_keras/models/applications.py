@@ -11,16 +11,14 @@ import numpy as np
 
 from vit_keras import weights as weights_lib
 from vit_keras.configs import (
-    ARCHITECTURAL_POS_INTERPOLATIONS,
     VARIANTS,
     check_positive_int,
     config_fields,
-    translate_aliases,
 )
 from vit_keras.layers.dtypes import check_model_dtype
 from vit_keras.models.build import check_head_options
 from vit_keras.models.factory import OPEN_FIELDS, build_from_checkpoint, resolve_config
-from vit_keras.models.inputs import DEFAULT_SIZE, resolve_input_shape
+from vit_keras.models.inputs import DEFAULT_SIZE, check_architecture_arguments, resolve_image_arguments
 
 
 def ViT(
@@ -136,48 +134,30 @@ def ViT(
         >>> model.output_shape
         (None, 7)
     """
-    architecture = translate_aliases(architecture)
-    unknown = sorted(set(architecture) - set(config_fields()) - {"image_size"})
-    if unknown:
-        raise TypeError(
-            f"ViT() got unknown arguments {unknown}. The architecture arguments are the ViTConfig fields "
-            f"{sorted(set(config_fields()) - {'image_size'})} (and the older names `classifier`, `gelu_approximate`); "
-            "the model arguments are include_top, include_preprocessing, weights, input_shape, input_tensor, "
-            "pooling, classes, classifier_activation, name, interpolation, source_grid, dtype, head_tokens_only, "
-            "flexible."
-        )
+    architecture = check_architecture_arguments(architecture)
     interpolation = weights_lib.check_interpolation(interpolation)
     source_grid = weights_lib.check_source_grid(source_grid)
     if source_grid is not None and weights is None:
         raise ValueError("`source_grid` describes the stored grid of a checkpoint's position embeddings; pass it "
                          "with `weights=`, or drop it.")
-    if input_tensor is not None and not keras.backend.is_keras_tensor(input_tensor):
-        raise ValueError("`input_tensor` must be a Keras tensor, e.g. the output of `keras.Input(...)`.")
-    if flexible and (input_shape is not None or input_tensor is not None or image_size is not DEFAULT_SIZE):
-        raise ValueError("A flexible (NaFlex) model takes a dict of `patches`, `grid` and `mask`, not images of one "
-                         "size: drop `image_size`, `input_shape` and `input_tensor` (pos_grid= sets the stored "
-                         "position grid).")
-    height, width, channels = resolve_input_shape(None if flexible else image_size, input_shape, input_tensor)
+    height, width, channels = resolve_image_arguments(image_size, input_shape, input_tensor, flexible, architecture)
     any_size = height is None or width is None
-    architectural = architecture.get("pos_interpolation") in ARCHITECTURAL_POS_INTERPOLATIONS
-    if not any_size and not architectural and (architecture.get("pos_grid") is not None
-                                               or architecture.get("pos_interpolation") is not None):
-        raise ValueError("`pos_grid` and `pos_interpolation` describe the position embeddings of a model that takes "
-                         "any image size (image_size=None); a fixed-size model stores them at its own grid. Drop "
-                         "them, or pass image_size=None.")
     dtype = check_model_dtype(dtype)
     _check_quantized_weights(weights, dtype)
-    # ViT() states the whole architecture (the ViTConfig defaults for what the caller leaves out); only the numerics
-    # left open (None) and the representation layer, unless passed, follow the checkpoint (`resolve_config`).
+    # ViT() states the whole architecture (the ViTConfig defaults for what the caller leaves out): without weights
+    # that is the model's config; with weights, only the numerics left open (None) and the representation layer,
+    # unless passed, follow the checkpoint (`resolve_config`, in the factory).
     overrides = {**architecture, "image_size": None if any_size else (height, width)}
-    config = resolve_config(None, overrides, interpolation=interpolation)
-    overrides = {**{field: getattr(config, field) for field in config_fields()
-                    if field not in (*OPEN_FIELDS, "representation_size")}, **overrides}
-    check_head_options(include_top, pooling, classes, classifier_activation, config)
-    info = weights_lib.describe(weights, architecture=config.to_dict(), image_size=config.reference_image_size)
+    stated = resolve_config(None, overrides, interpolation=interpolation)
+    check_head_options(include_top, pooling, classes, classifier_activation, stated)
+    info = weights_lib.describe(weights, architecture=stated.to_dict(), image_size=stated.reference_image_size)
+    if info is not None:
+        overrides = {**{field: getattr(stated, field) for field in config_fields()
+                        if field not in (*OPEN_FIELDS, "representation_size")}, **overrides}
     return build_from_checkpoint(
-        info, overrides, interpolation=interpolation, source_grid=source_grid, include_top=include_top, pooling=pooling,
-        classes=classes, classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
+        info, overrides, config=None if info is not None else stated, interpolation=interpolation,
+        source_grid=source_grid, include_top=include_top, pooling=pooling, classes=classes,
+        classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
         input_tensor=input_tensor, channels=channels, name=name,
         input_size=(height, width) if any_size and not flexible else None,
         dtype=dtype, head_tokens_only=head_tokens_only, headless_representation=False, flexible=flexible,

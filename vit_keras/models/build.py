@@ -213,11 +213,26 @@ def build_vit(
         inputs, x, rope = _image_stem(config, input_tensor, input_size, channels, include_preprocessing,
                                       normalization, dtype)
 
-    def norm(name):
-        return norm_layer(config.norm, config.layer_norm_epsilon, dtype=policy_for(dtype, name), name=name)
+    x = _encoder(config, x, dtype, head_tokens, token_mask, rope)
+    tokens = x
+    pooling = config.global_pool if include_top else pooling
+    if pooling is not None:
+        x = _pooled(config, x, pooling, include_top, dtype, token_mask)
+    if include_top:
+        x = _head(config, x, tokens, classes, classifier_activation, dtype)
+    model = VisionTransformer(inputs, x, name=name or "vit")
+    model.vit_config = config
+    return model
 
+
+def _norm(config: ViTConfig, dtype, name):
+    return norm_layer(config.norm, config.layer_norm_epsilon, dtype=policy_for(dtype, name), name=name)
+
+
+def _encoder(config: ViTConfig, x, dtype, head_tokens, token_mask, rope):
+    """The pre-norm (if any), the blocks (the last one for `head_tokens` only, if given) and the final norm."""
     if config.pre_norm:
-        x = norm(name="pre_norm")(x)
+        x = _norm(config, dtype, "pre_norm")(x)
     block = config.block
     for i in range(config.num_layers):
         x = TransformerBlock(
@@ -228,48 +243,50 @@ def build_vit(
         )(x, **({} if token_mask is None else {"token_mask": token_mask}),
           **({} if rope is None else {"rope": rope[i] if isinstance(rope, list) else rope}))
     if config.final_norm and not config.fc_norm:
-        x = norm(name=FINAL_NORM_LAYER)(x)
+        x = _norm(config, dtype, FINAL_NORM_LAYER)(x)
+    return x
 
-    if include_top:
-        pooling = config.global_pool
+
+def _pooled(config: ViTConfig, x, pooling, include_top, dtype, token_mask):
+    """One vector per image: the MAP head, or token / mean / max pooling; then fc_norm and pre_logits."""
     masked = {} if token_mask is None else {"token_mask": token_mask}
-    if pooling is not None:
-        if pooling == "map":
-            x = _attention_pooling_head(config, dtype)(x, **masked)
-        elif pooling == "token" and config.distilled and not include_top:
-            x = TokenPooling("distilled", num_prefix_tokens=config.num_prefix_tokens,
-                             dtype=policy_for(dtype, "pool"), name="pool")(x)
-        else:
-            tokens = x
-            # Several class tokens (RADIO) pool to their concatenation: RADIO's summary.
-            x = TokenPooling(pooling, num_prefix_tokens=config.num_prefix_tokens,
-                             num_tokens=config.num_class_tokens if pooling == "token" else 1,
-                             dtype=policy_for(dtype, "pool"), name="pool")(tokens, **masked)
+    if pooling == "map":
+        x = _attention_pooling_head(config, dtype)(x, **masked)
+    elif pooling == "token" and config.distilled and not include_top:
+        x = TokenPooling("distilled", num_prefix_tokens=config.num_prefix_tokens,
+                         dtype=policy_for(dtype, "pool"), name="pool")(x)
+    else:
+        # Several class tokens (RADIO) pool to their concatenation: RADIO's summary.
+        x = TokenPooling(pooling, num_prefix_tokens=config.num_prefix_tokens,
+                         num_tokens=config.num_class_tokens if pooling == "token" else 1,
+                         dtype=policy_for(dtype, "pool"), name="pool")(x, **masked)
+    if config.fc_norm:
+        x = _norm(config, dtype, "fc_norm")(x)
+    if config.representation_size is not None:
+        x = keras.layers.Dense(config.representation_size, activation="tanh",
+                               dtype=policy_for(dtype, "pre_logits"), name="pre_logits")(x)
+    return x
+
+
+def _head(config: ViTConfig, x, tokens, classes, classifier_activation, dtype):
+    """The classifier (float32 unless `dtype` names it): DeiT's averages its class- and distillation-token heads."""
+    float32 = functools.partial(policy_for, dtype, fallback="float32")
+    head = keras.layers.Dense(classes, kernel_initializer="zeros", dtype=float32("head"), name="head")
+    if config.distilled:
+        distilled = TokenPooling("token", num_prefix_tokens=config.num_prefix_tokens, token_index=1,
+                                 dtype=policy_for(dtype, "pool_dist"), name="pool_dist")(tokens)
         if config.fc_norm:
-            x = norm(name="fc_norm")(x)
-        if config.representation_size is not None:
-            x = keras.layers.Dense(config.representation_size, activation="tanh",
-                                   dtype=policy_for(dtype, "pre_logits"), name="pre_logits")(x)
-    if include_top:
-        float32 = functools.partial(policy_for, dtype, fallback="float32")
-        head = keras.layers.Dense(classes, kernel_initializer="zeros", dtype=float32("head"), name="head")
-        if config.distilled:
-            distilled = TokenPooling("token", num_prefix_tokens=config.num_prefix_tokens, token_index=1,
-                                     dtype=policy_for(dtype, "pool_dist"), name="pool_dist")(tokens)
-            if config.fc_norm:
-                raise ValueError("A distilled model with fc_norm is not a published architecture.")
-            head_dist = keras.layers.Dense(classes, kernel_initializer="zeros", dtype=float32("head_dist"),
-                                           name="head_dist")
-            # DeiT at inference: the mean of the class-token and distillation-token heads.
-            x = keras.layers.Average(dtype=float32("head_average"), name="head_average")([head(x),
-                                                                                          head_dist(distilled)])
-        else:
-            x = head(x)
-        if classifier_activation not in (None, "linear"):
-            x = keras.layers.Activation(classifier_activation, dtype=float32("predictions"), name="predictions")(x)
-    model = VisionTransformer(inputs, x, name=name or "vit")
-    model.vit_config = config
-    return model
+            raise ValueError("A distilled model with fc_norm is not a published architecture.")
+        head_dist = keras.layers.Dense(classes, kernel_initializer="zeros", dtype=float32("head_dist"),
+                                       name="head_dist")
+        # DeiT at inference: the mean of the class-token and distillation-token heads.
+        x = keras.layers.Average(dtype=float32("head_average"), name="head_average")([head(x),
+                                                                                      head_dist(distilled)])
+    else:
+        x = head(x)
+    if classifier_activation not in (None, "linear"):
+        x = keras.layers.Activation(classifier_activation, dtype=float32("predictions"), name="predictions")(x)
+    return x
 
 
 def _encoder_arguments(config: ViTConfig, dtype) -> dict:

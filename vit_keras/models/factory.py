@@ -95,16 +95,18 @@ def _checkpoint_fields(info, overrides: dict, source_grid) -> dict:
     return fields
 
 
-def build_from_checkpoint(info, overrides: dict, *, interpolation=None, source_grid=None, include_top=True,
-                          pooling=None, classes=None, classifier_activation="softmax", include_preprocessing=True,
-                          input_tensor=None, channels=3, name=None, input_size=None, dtype=None,
-                          head_tokens_only=False, headless_representation=True, flexible=False):
+def build_from_checkpoint(info, overrides: dict, *, config: ViTConfig | None = None, interpolation=None,
+                          source_grid=None, include_top=True, pooling=None, classes=None,
+                          classifier_activation="softmax", include_preprocessing=True, input_tensor=None, channels=3,
+                          name=None, input_size=None, dtype=None, head_tokens_only=False,
+                          headless_representation=True, flexible=False):
     """The factory behind `ViT(weights=)`, `from_pretrained` and `vit-keras convert`: resolve the config
     (`resolve_config`: the checkpoint's fields, the caller's `overrides` winning), build it (`build_vit`) and
     assign the checkpoint's parameters (`vit_keras.weights.load_into`).
 
     `info` is what `vit_keras.weights.describe` returns (None: random weights); `classes=None` is the checkpoint's;
-    `headless_representation`: see `resolve_config`; `flexible`: a NaFlex model (see `ViT`).
+    `headless_representation`: see `resolve_config`; `flexible`: a NaFlex model (see `ViT`). Without a checkpoint,
+    `config` is an already resolved config to build as it is (`ViT()` without weights resolves its own once).
 
     Example:
         >>> model = build_from_checkpoint(None, {"patch_size": 8, "hidden_size": 48, "num_heads": 3,
@@ -124,8 +126,13 @@ def build_from_checkpoint(info, overrides: dict, *, interpolation=None, source_g
                              "for its embeddings, or classes=N for a fresh head.")
         classes = info.classes
     interpolation = interpolation or (info.default_interpolation if info is not None else "linear")
-    config = resolve_config(info, overrides, include_top=include_top, classes=classes, interpolation=interpolation,
-                            source_grid=source_grid, headless_representation=headless_representation)
+    if config is not None and info is not None:
+        raise ValueError("`config` is a config resolved without a checkpoint; with one, pass its fields as "
+                         "`overrides` so that they are resolved against it.")
+    if config is None:
+        config = resolve_config(info, overrides, include_top=include_top, classes=classes,
+                                interpolation=interpolation, source_grid=source_grid,
+                                headless_representation=headless_representation)
     model = build_vit(
         config, include_top=include_top, pooling=pooling, classes=classes if classes is not None else 1000,
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,

@@ -9,9 +9,12 @@ import numbers
 import keras
 
 from vit_keras.configs import (
+    ARCHITECTURAL_POS_INTERPOLATIONS,
     DEFAULT_IMAGE_SIZE,
     check_hw,
     check_positive_int,
+    config_fields,
+    translate_aliases,
 )
 
 INPUT_NAME = "images"
@@ -90,3 +93,36 @@ def resolve_input_shape(image_size, input_shape, input_tensor, default=(DEFAULT_
     return int(height), int(width), int(channels)
 
 
+def check_architecture_arguments(architecture: dict) -> dict:
+    """`ViT()`'s architecture keywords in `ViTConfig`'s vocabulary (`translate_aliases`); any other is refused."""
+    architecture = translate_aliases(architecture)
+    unknown = sorted(set(architecture) - set(config_fields()) - {"image_size"})
+    if unknown:
+        raise TypeError(
+            f"ViT() got unknown arguments {unknown}. The architecture arguments are the ViTConfig fields "
+            f"{sorted(set(config_fields()) - {'image_size'})} (and the older names `classifier`, `gelu_approximate`); "
+            "the model arguments are include_top, include_preprocessing, weights, input_shape, input_tensor, "
+            "pooling, classes, classifier_activation, name, interpolation, source_grid, dtype, head_tokens_only, "
+            "flexible."
+        )
+    return architecture
+
+
+def resolve_image_arguments(image_size, input_shape, input_tensor, flexible: bool, architecture: dict):
+    """`(height, width, channels)` of the images a model takes (None: any), from `image_size`, `input_shape` and
+    `input_tensor` as keras.applications takes them; a flexible model takes none of them."""
+    if input_tensor is not None and not keras.backend.is_keras_tensor(input_tensor):
+        raise ValueError("`input_tensor` must be a Keras tensor, e.g. the output of `keras.Input(...)`.")
+    if flexible and (input_shape is not None or input_tensor is not None or image_size is not DEFAULT_SIZE):
+        raise ValueError("A flexible (NaFlex) model takes a dict of `patches`, `grid` and `mask`, not images of one "
+                         "size: drop `image_size`, `input_shape` and `input_tensor` (pos_grid= sets the stored "
+                         "position grid).")
+    height, width, channels = resolve_input_shape(None if flexible else image_size, input_shape, input_tensor)
+    architectural = architecture.get("pos_interpolation") in ARCHITECTURAL_POS_INTERPOLATIONS
+    fixed = height is not None and width is not None
+    if fixed and not architectural and (architecture.get("pos_grid") is not None
+                                        or architecture.get("pos_interpolation") is not None):
+        raise ValueError("`pos_grid` and `pos_interpolation` describe the position embeddings of a model that takes "
+                         "any image size (image_size=None); a fixed-size model stores them at its own grid. Drop "
+                         "them, or pass image_size=None.")
+    return height, width, channels
