@@ -304,3 +304,14 @@ def test_texts_are_encoded_in_batches_with_the_same_result(models, monkeypatch):
     features = model.class_text_features(["cat"], ["a {} in {style}"])
     np.testing.assert_allclose(features, np.asarray(l2_normalize(model.encode_text(
         *model.tokenize(["a cat in {style}"])))), atol=1e-6)
+
+
+def test_siglip_text_tower_ignores_a_padding_mask_as_its_reference(models, case="siglip"):
+    # SiglipModel is called without the mask (meta: attention_mask_passed_to_model false), so pad tokens are
+    # attended; a tower that honoured a padding mask would move the last-position pooled text (README: mask table).
+    ids, _ = cases.token_inputs(case)
+    padding = np.load(os.path.join(cases.case_dir(case), "attention_mask.npy"))
+    assert (padding == 0).any()  # the fixture has padding, so the mask would matter if honoured
+    found = cases.outputs(models[case], cases.normalised_images(case), ids, padding)
+    differences = cases.relative_differences(found, cases.expected(case))
+    assert max(differences.values()) <= cases.RELATIVE_TOLERANCE, differences
