@@ -315,3 +315,9 @@ def test_siglip_text_tower_ignores_a_padding_mask_as_its_reference(models, case=
     found = cases.outputs(models[case], cases.normalised_images(case), ids, padding)
     differences = cases.relative_differences(found, cases.expected(case))
     assert max(differences.values()) <= cases.RELATIVE_TOLERANCE, differences
+
+
+@pytest.mark.parametrize("labels, words", [([], "no class names"), (["cat", " "], "position [1] are empty")])
+def test_classify_refuses_an_empty_class_list_or_label(models, labels, words):
+    with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        models["clip"].classify(cases.normalised_images("clip"), labels)

@@ -108,6 +108,10 @@ class ZeroShotModel:
         class_names = list(class_names)
         if not class_names:
             raise ValueError("classify: got no class names; pass at least one label.")
+        blank = [index for index, name in enumerate(class_names) if not str(name).strip()]
+        if blank:
+            raise ValueError(f"classify: class name(s) at position {blank} are empty; every label needs text "
+                             "(remove the empty entries from the class list).")
         if templates is None:
             prompts, count = class_names, 1
         else:
