@@ -181,7 +181,7 @@ def _block_output(model, index: int):
 
 
 def _final_norm(model):
-    norm = _vision_transformer(model).final_norm
+    norm = _vision_transformer(model).final_norm_layer
     if norm is None:
         config = config_of(model)
         where = ("its final norm is applied after pooling (fc_norm)" if config.fc_norm

@@ -61,18 +61,15 @@ class VisionTransformer(keras.Model):
     @vit_config.setter
     def vit_config(self, config: ViTConfig):
         self._vit_config = config
-        self._blocks = None
 
     @property
     def blocks(self) -> tuple:
         """The encoder's Transformer blocks (`vit_keras.layers.TransformerBlock`), in order: what the features,
         the dense heads and LoRA read, e.g. `model.blocks[-1].output` for the last block's tokens."""
-        if getattr(self, "_blocks", None) is None:
-            self._blocks = tuple(layer for layer in self.layers if isinstance(layer, TransformerBlock))
-        return self._blocks
+        return tuple(layer for layer in self.layers if isinstance(layer, TransformerBlock))
 
     @property
-    def final_norm(self):
+    def final_norm_layer(self):
         """The norm over the tokens after the last block (`encoder_norm`), or None: a model that normalises after
         pooling (`fc_norm`) or not at all (`final_norm=False`)."""
         try:

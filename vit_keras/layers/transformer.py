@@ -18,7 +18,7 @@ from vit_keras.layers.swiglu import SwiGLUBlock
 
 MLP_KINDS = MLPS  # the config's vocabulary
 # The keywords a `TransformerBlock` takes as its block's fields: `BlockConfig`'s, and the older `gelu_approximate`.
-BLOCK_ARGUMENTS = (*(field for field in BlockConfig.__dataclass_fields__), "gelu_approximate")
+BLOCK_ARGUMENTS = (*BlockConfig.__dataclass_fields__, "gelu_approximate")
 
 QUICK_GELU_SCALE = 1.702
 # The tanh GELU 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) is x·sigmoid(2·√(2/π)·(x + 0.044715·x³)), since
@@ -367,7 +367,7 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
         self.num_prefix_tokens = block.num_prefix_tokens
         self.mlp_kind, self.norm_kind = block.mlp, block.norm
         self.mlp_norm, self.mlp_bias = block.mlp_norm, block.mlp_bias
-        mlp, norm, mlp_norm = block.mlp, block.norm, block.mlp_norm
+        mlp, norm, mlp_norm = block.mlp, block.norm, block.mlp_norm  # the names the parts below are built with
         self.norm_1 = norm_layer(norm, self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm_0")
         self.norm_2 = norm_layer(norm, self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm_2")
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
