@@ -11,6 +11,7 @@ import numpy as np
 
 from vit_keras.training import callbacks as cb
 from vit_keras.training import data, local_data
+from vit_keras.training.device_prefetch import choose_input_path
 from vit_keras.training.lora import lora as enable_lora
 from vit_keras.training.lora import restart_adapters
 from vit_keras.training.optim import make_optimizer
@@ -30,7 +31,7 @@ class TrainResult:
 
     Example:
         >>> [field.name for field in dataclasses.fields(TrainResult)]  # `train` returns one; see its example
-        ['model', 'history', 'metrics', 'updates', 'output_dir', 'plan']
+        ['model', 'history', 'metrics', 'updates', 'output_dir', 'plan', 'input_path']
     """
 
     model: object
@@ -39,6 +40,7 @@ class TrainResult:
     updates: int
     output_dir: str
     plan: object
+    input_path: str = ""  # how the training batches reached the step (`device_prefetch.choose_input_path`)
 
 
 def _patch_size(model) -> int | None:
@@ -326,7 +328,7 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
           validation_split: str | None = None, validation_fraction: float = VALIDATION_FRACTION,
           data_dir: str | None = None, strategy=None, tpu: str | None = None, num_classes: int | None = None,
           verbose="auto", callbacks=(), distribution=None, lora_rank: int | None = None,
-          lora_targets: str = "qv") -> TrainResult:
+          lora_targets: str = "qv", device_prefetch: bool | None = None) -> TrainResult:
     """Train the model `build_model()` returns on `train_data` with `config` (see `finetune` / `pretrain`).
 
     `build_model` is called inside the strategy's scope under the chosen dtype policy, so its variables land on
@@ -352,6 +354,10 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
     the last backed-up step. `callbacks` are further Keras callbacks, run after the run's own. Returns a
     `TrainResult`. `lora_rank` fine-tunes LoRA adapters of that rank on `lora_targets` (`training.lora`) and the
     head only, every other weight frozen; the checkpoints hold the update folded into plain kernels.
+
+    `device_prefetch` (None: from the hardware) keeps the next training batch on the accelerator while the current
+    step runs where the backend does not already (`training.device_prefetch`): False keeps the plain path. The
+    path taken is logged, returned as `TrainResult.input_path` and saved in `results.json` ("input").
 
     Example:
         >>> from vit_keras.training import pretrain, train
@@ -380,7 +386,8 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
             return train(build_model, train_data, config, output_dir=output_dir, validation_data=validation_data,
                          train_split=train_split, validation_split=validation_split,
                          validation_fraction=validation_fraction, data_dir=data_dir, num_classes=num_classes,
-                         verbose=verbose, callbacks=callbacks, lora_rank=lora_rank, lora_targets=lora_targets)
+                         verbose=verbose, callbacks=callbacks, lora_rank=lora_rank, lora_targets=lora_targets,
+                         device_prefetch=device_prefetch)
     strategy, plan = execution_plan(config, strategy, tpu)
     with run_directory(output_dir, strategy):
         train_split_data = _as_split(train_data, train_split, data_dir, num_classes)
@@ -409,7 +416,7 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
                 model.compile(optimizer=make_optimizer(config), loss=loss, metrics=metrics,
                               jit_compile=plan.jit_compile)
             return _fit(model, strategy, plan, config, train_split_data, validation, classes, pipelines,
-                        output_dir, verbose, list(callbacks), metric)
+                        output_dir, verbose, list(callbacks), metric, device_prefetch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -471,7 +478,7 @@ class _NaflexPipelines:
 
 
 def _fit(model, strategy, plan, config, train_split_data, validation, classes, pipelines, output_dir, verbose,
-         extra_callbacks, metric="accuracy"):
+         extra_callbacks, metric="accuracy", device_prefetch=None):
     import keras
     import tensorflow as tf
 
@@ -486,9 +493,12 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, p
     micro_per_epoch, total_micro, start = run.micro_per_epoch, run.total_micro, run.start
     best_checkpoint, last_checkpoint, backup = run.best_checkpoint, run.last_checkpoint, run.backup
 
+    input_path = choose_input_path(strategy=strategy, device_prefetch=device_prefetch)
+    logger.info("Training input: %s.", input_path.description)
+
     def make_train_dataset(skip_steps):
-        return strategy.distribute_datasets_from_function(
-            lambda input_context: pipelines.train(train_split_data.dataset, skip_steps, input_context))
+        return input_path.apply(strategy.distribute_datasets_from_function(
+            lambda input_context: pipelines.train(train_split_data.dataset, skip_steps, input_context)))
 
     validation_dataset = None
     if validation is not None:
@@ -517,6 +527,7 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, p
     if dirs.chief:
         results = json.dumps({"updates": updates, "metrics": metrics, "config": config.to_dict(),
                               "policy": plan.policy, "jit_compile": plan.jit_compile, "notes": list(plan.notes),
+                              "input": input_path.description,
                               "best_checkpoint": {"monitor": monitor, "value": best_checkpoint.best,
                                                   "summary": best_summary},
                               **({"labels": labels} if (labels := local_data.model_labels(model)) else {})},
@@ -524,4 +535,4 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, p
         write_text(os.path.join(output_dir, "results.json"), results)
     backup.discard()
     dirs.remove_scratch()
-    return TrainResult(model, history, metrics, updates, output_dir, plan)
+    return TrainResult(model, history, metrics, updates, output_dir, plan, input_path.description)

@@ -1,0 +1,218 @@
+"""The training input's device prefetching (`vit_keras.training.device_prefetch`), on a CPU: the prefetching paths
+hand out exactly the batches of the plain path, `training.train` learns the same weights through them, and a machine
+without an accelerator takes, and reports, the plain path.
+
+The PyTorch and JAX cases run in a process of their own (KERAS_BACKEND is read once, at `import keras`):
+`python tests/test_device_prefetch.py BACKEND OUT` is that process.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _batches(count=5, batch=4, rows=None):
+    """`count` batches of (images, labels); `rows` examples in all when given (the last batch partial)."""
+    rng = np.random.default_rng(0)
+    rows = count * batch if rows is None else rows
+    images = rng.normal(size=(rows, 3, 2)).astype(np.float32)
+    labels = np.arange(rows, dtype=np.int32)
+    return [(images[i:i + batch], labels[i:i + batch]) for i in range(0, rows, batch)]
+
+
+def _equal(expected, got):
+    import keras
+
+    got = [keras.tree.map_structure(lambda value: np.asarray(value), batch) for batch in got]
+    assert len(got) == len(expected)
+    for want, have in zip(expected, got, strict=True):
+        keras.tree.assert_same_structure(want, have)
+        for a, b in zip(keras.tree.flatten(want), keras.tree.flatten(have), strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_array_equal(a, b)
+
+
+def _torch_cases():
+    """The torch prefetcher against its input: order and values, a partial last batch, dicts, empty and exhausted
+    input, and a second pass over a re-iterable source."""
+    import tensorflow as tf
+
+    from vit_keras.training.device_prefetch import TorchDevicePrefetcher
+
+    partial = _batches(rows=18)  # 4 + 4 + 4 + 4 + 2
+    assert len(partial[-1][0]) == 2
+    _equal(partial, TorchDevicePrefetcher(partial, "cpu"))
+    _equal(partial, TorchDevicePrefetcher(partial, "cpu", ahead=3))
+    dicts = [{"patches": x, "mask": y % 2 == 0} for x, y in partial]
+    _equal(dicts, TorchDevicePrefetcher(dicts, "cpu"))
+    assert list(TorchDevicePrefetcher([], "cpu")) == []
+    used = iter(partial)
+    list(used)
+    assert list(TorchDevicePrefetcher(used, "cpu")) == []  # an exhausted iterator: nothing, no error
+    images = np.concatenate([x for x, _ in partial])
+    labels = np.concatenate([y for _, y in partial])
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(4)
+    prefetcher = TorchDevicePrefetcher(dataset, "cpu")
+    _equal(partial, prefetcher)
+    _equal(partial, prefetcher)  # each pass starts again from the dataset
+    _equal([], TorchDevicePrefetcher(dataset.take(0), "cpu"))
+
+
+def test_tf_prefetch_to_device_hands_out_the_same_batches():
+    import tensorflow as tf
+
+    from vit_keras.training.device_prefetch import choose_input_path
+
+    path = choose_input_path(backend="tensorflow", accelerator=None, device_prefetch=True)
+    assert path.builds and path.device == "/cpu:0"
+    partial = _batches(rows=18)
+    images = np.concatenate([x for x, _ in partial])
+    labels = np.concatenate([y for _, y in partial])
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(4)
+    prefetched = path.apply(dataset)
+    _equal(partial, prefetched)
+    _equal(partial, prefetched)  # a second epoch over the same dataset
+    dicts = tf.data.Dataset.from_tensor_slices({"patches": images, "mask": labels % 2 == 0}).batch(4)
+    _equal([{"patches": x, "mask": y % 2 == 0} for x, y in partial], path.apply(dicts))
+    _equal([], path.apply(dataset.take(0)))
+
+
+def test_torch_prefetcher_hands_out_the_same_batches():
+    pytest.importorskip("torch")
+    _torch_cases()
+
+
+def test_the_choice_follows_the_backend_and_the_hardware():
+    from vit_keras.training.device_prefetch import HOST, choose_input_path
+
+    for backend in ("tensorflow", "torch", "jax"):
+        path = choose_input_path(backend=backend, accelerator=None)
+        assert not path.builds and path.description == HOST == "host (no accelerator)"
+        assert path.apply("dataset") == "dataset"
+    gpu = choose_input_path(backend="tensorflow", accelerator="/gpu:0")
+    assert gpu.builds and gpu.device == "/gpu:0" and gpu.description.startswith("device prefetch (tf.data")
+    cuda = choose_input_path(backend="torch", accelerator="cuda:0")
+    assert cuda.builds and cuda.device == "cuda:0" and "pinned memory, non_blocking" in cuda.description
+    for backend, device in (("tensorflow", "/gpu:0"), ("torch", "cuda:0")):  # the override keeps the plain path
+        off = choose_input_path(backend=backend, accelerator=device, device_prefetch=False)
+        assert not off.builds and off.description.startswith("host (device prefetch off")
+    # Keras' JAX trainer transfers one batch ahead itself; tf.distribute prefetches each replica's part.
+    jax_gpu = choose_input_path(backend="jax", accelerator="gpu", distribution=None)
+    assert not jax_gpu.builds and "Keras' JAX trainer: one batch ahead" in jax_gpu.description
+    jax_sharded = choose_input_path(backend="jax", accelerator="gpu", distribution=object())
+    assert not jax_sharded.builds and "keras.distribution" in jax_sharded.description
+
+    class Mirrored:
+        num_replicas_in_sync = 2
+
+    mirrored = choose_input_path(backend="tensorflow", strategy=Mirrored(), accelerator="/gpu:0")
+    assert not mirrored.builds and "tf.distribute" in mirrored.description
+
+
+def test_this_machine_without_an_accelerator_takes_the_plain_path():
+    import keras
+
+    from vit_keras import hardware
+    from vit_keras.training.device_prefetch import choose_input_path
+
+    if hardware.default_kind() != "CPU":
+        pytest.skip("this machine has an accelerator")
+    assert choose_input_path().description == "host (no accelerator)"
+    assert keras.backend.backend() == "tensorflow" or not choose_input_path().builds
+
+
+def _tiny_run(output_dir, device_prefetch):
+    """A few `training.train` steps of the training tests' tiny ViT on fixed data; its final weights and result."""
+    import tensorflow as tf
+
+    import vit_keras
+    from tests.tiny import TINY_TRAINING
+    from vit_keras import training
+
+    rng = np.random.default_rng(1)
+    images = rng.uniform(0, 255, (40, 16, 16, 3)).astype(np.float32)
+    labels = np.arange(40) % 10
+    config = training.finetune(total_steps=4, steps_per_epoch=2, batch_size=8, warmup_steps=0, precision="float32",
+                               learning_rate=0.05, log_images=2, seed=5, deterministic=True)
+    result = training.train(
+        lambda: vit_keras.ViT(image_size=16, classes=10, classifier_activation=None, **TINY_TRAINING),
+        tf.data.Dataset.from_tensor_slices((images, labels)), config, output_dir=output_dir, num_classes=10,
+        verbose=0, device_prefetch=device_prefetch)
+    return [np.asarray(weight) for weight in result.model.get_weights()], result
+
+
+def _check_runs(out, host_result, prefetch_result):
+    """Both runs trained 4 updates, said which input path they took, and wrote it into results.json."""
+    assert host_result.updates == prefetch_result.updates == 4
+    assert host_result.input_path == "host (no accelerator)"
+    assert prefetch_result.input_path.startswith("device prefetch (")
+    for name, result in (("host", host_result), ("prefetch", prefetch_result)):
+        with open(os.path.join(out, name, "results.json")) as handle:
+            assert json.load(handle)["input"] == result.input_path
+
+
+@pytest.mark.slow
+def test_train_learns_the_same_weights_with_and_without_prefetching(tmp_path):
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("the other backends run in test_other_backends_learn_the_same_weights")
+    host, host_result = _tiny_run(str(tmp_path / "host"), None)  # the automatic choice: no accelerator here
+    prefetched, prefetch_result = _tiny_run(str(tmp_path / "prefetch"), True)  # forced: prefetched to the CPU
+    _check_runs(str(tmp_path), host_result, prefetch_result)
+    assert prefetch_result.input_path == "device prefetch (tf.data prefetch_to_device /cpu:0, 2 batches ahead)"
+    assert len(host) == len(prefetched)
+    for a, b in zip(host, prefetched, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_other_backends_learn_the_same_weights(backend, tmp_path):
+    import importlib.util
+
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("launched from the TensorFlow process")
+    if importlib.util.find_spec(backend) is None:
+        pytest.skip(f"{backend} is not installed")
+    env = dict(os.environ, KERAS_BACKEND=backend,
+               PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    if backend == "jax":
+        env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS"), "--xla_backend_optimization_level=0"]))
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), backend, str(tmp_path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    with open(tmp_path / "paths.json") as handle:
+        paths = json.load(handle)
+    assert paths["auto"] == "host (no accelerator)"
+    if backend == "torch":
+        assert paths["forced"] == "device prefetch (cpu: no accelerator, one batch ahead)"
+    else:  # nothing is built on JAX: Keras' trainer transfers ahead itself, and here there is no accelerator
+        assert paths["forced"] == "host (no accelerator)"
+
+
+def _worker(backend, out):
+    """The subprocess: the torch prefetcher's cases, then the tiny run with and without prefetching, same weights."""
+    import keras
+
+    assert keras.backend.backend() == backend
+    if backend == "torch":
+        _torch_cases()
+    host, host_result = _tiny_run(os.path.join(out, "host"), None)
+    prefetched, prefetch_result = _tiny_run(os.path.join(out, "prefetch"), True)
+    for a, b in zip(host, prefetched, strict=True):
+        np.testing.assert_array_equal(a, b)
+    with open(os.path.join(out, "paths.json"), "w") as handle:
+        json.dump({"auto": host_result.input_path, "forced": prefetch_result.input_path}, handle)
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1], sys.argv[2])
