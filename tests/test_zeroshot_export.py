@@ -20,6 +20,9 @@ from vit_keras.zeroshot import export
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModel export runs on TF")
 TOLERANCE = 1e-5
 LABELS = ["cat", "dog", "red car"]
+# texts beyond the reference cases' for the tokenizer inside the graph: punctuation, digits, non-ASCII, an empty
+# text, one longer than the context (truncated as the checkpoint's tokenizer does)
+STRING_CASES = ["Hello,   World!! 123", "naïve café — ΟΔΟΣ 日本 🐱", "", " ".join(["photo"] * 40)]
 TEMPLATES = ["a photo of a {}.", "{}"]
 
 # Run in a fresh interpreter: TensorFlow only; a vit_keras import would fail the run.
@@ -32,13 +35,21 @@ LOADER = textwrap.dedent("""
     loaded = tf.saved_model.load(path)
     s = loaded.signatures
     images, ids, mask = (tf.constant(inputs[name]) for name in ("images", "token_ids", "attention_mask"))
+    texts = tf.constant(list(inputs["texts"]))
     result = dict(image_features=s["encode_image"](images=images)["image_features"].numpy(),
-                  text_features=s["encode_text"](token_ids=ids, attention_mask=mask)["text_features"].numpy())
-    classified = s["classify"](images=images, token_ids=ids, attention_mask=mask)
+                  text_features=s["encode_text"](texts=texts)["text_features"].numpy(),
+                  id_features=s["encode_token_ids"](token_ids=ids, attention_mask=mask)["text_features"].numpy())
+    tokens = s["tokenize"](texts=texts)
+    result.update(token_ids=tokens["token_ids"].numpy(), attention_mask=tokens["attention_mask"].numpy())
+    classified = s["classify"](images=images, texts=texts)
     result.update(logits=classified["logits_per_image"].numpy(), scores=classified["scores"].numpy())
+    by_ids = s["classify_token_ids"](images=images, token_ids=ids, attention_mask=mask)
+    result.update(id_logits=by_ids["logits_per_image"].numpy())
     if "encode_image_bytes" in s:
         result["bytes_features"] = s["encode_image_bytes"](image_bytes=tf.constant(list(inputs["png"])))[
             "image_features"].numpy()
+        jpeg = s["classify_image_bytes"](image_bytes=tf.constant(list(inputs["jpeg"])), texts=texts)
+        result.update(jpeg_logits=jpeg["logits_per_image"].numpy(), jpeg_scores=jpeg["scores"].numpy())
     labelled = s["classify_labels"](images=images)
     result.update(label_scores=labelled["scores"].numpy(),
                   top_labels=np.array([x.decode() for x in labelled["top_labels"].numpy()]))
@@ -47,11 +58,11 @@ LOADER = textwrap.dedent("""
 """)
 
 
-def _png(image):
+def _encoded(image, kind):
     from PIL import Image
 
     buffer = io.BytesIO()
-    Image.fromarray(image.astype(np.uint8)).save(buffer, "PNG")
+    Image.fromarray(image.astype(np.uint8)).save(buffer, kind)
     return buffer.getvalue()
 
 
@@ -60,27 +71,48 @@ def _png(image):
 def test_saved_model_loads_without_vit_keras_and_matches_the_towers(case, tmp_path):
     model = zeroshot.from_pretrained(os.path.join(cases.case_dir(case), "checkpoint"))
     images = np.load(os.path.join(cases.case_dir(case), "input.npy")).round().astype(np.float32)
-    ids, mask = model.tokenize(cases.texts(case))
+    texts = cases.texts(case) + STRING_CASES
+    with pytest.warns(UserWarning, match="truncated"):
+        ids, mask = model.tokenize(texts)
+    reference_mask = mask
     mask = np.ones_like(ids) if mask is None else mask
     path = export.saved_model(model, str(tmp_path / "zeroshot"), class_names=LABELS, templates=TEMPLATES)
     inputs = str(tmp_path / "inputs.npz")
+    jpegs = [_encoded(image, "JPEG") for image in images]
     np.savez(inputs, images=images, token_ids=ids, attention_mask=mask,
-             png=np.array([_png(image) for image in images], dtype=object).astype(bytes))
+             texts=np.array([text.encode() for text in texts], dtype=object).astype(bytes),
+             png=np.array([_encoded(image, "PNG") for image in images], dtype=object).astype(bytes),
+             jpeg=np.array(jpegs, dtype=object).astype(bytes))
     out = str(tmp_path / "out.npz")
     run = subprocess.run([sys.executable, "-c", LOADER, path, inputs, out], capture_output=True, text=True,
                          timeout=300, env=dict(os.environ, PYTHONPATH=""), cwd=str(tmp_path))
     assert run.returncode == 0, run.stderr[-3000:]
     signatures = json.loads(run.stdout.strip().splitlines()[-1])
     fixed = model.image_size is not None
-    assert signatures == sorted(["classify", "classify_labels", "encode_image", "encode_text",
-                                 *(["encode_image_bytes"] if fixed else [])])
+    assert signatures == sorted(["classify", "classify_labels", "classify_token_ids", "encode_image", "encode_text",
+                                 "encode_token_ids", "tokenize",
+                                 *(["encode_image_bytes", "classify_image_bytes"] if fixed else [])])
     found = np.load(out)
-    image_features, text_features = model.encode_image(images), model.encode_text(ids, mask)
+    # the graph's tokenizer gives the checkpoint tokenizer's ids and mask
+    np.testing.assert_array_equal(found["token_ids"], ids)
+    if reference_mask is not None:
+        np.testing.assert_array_equal(found["attention_mask"], reference_mask)
+    image_features, text_features = model.encode_image(images), model.encode_text(ids, reference_mask)
     np.testing.assert_allclose(found["image_features"], image_features, atol=TOLERANCE)
     np.testing.assert_allclose(found["text_features"], text_features, atol=TOLERANCE)
-    np.testing.assert_allclose(found["logits"], model.logits(image_features, text_features), atol=10 * TOLERANCE)
+    np.testing.assert_allclose(found["id_features"], text_features, atol=TOLERANCE)
+    logits = model.logits(image_features, text_features)
+    np.testing.assert_allclose(found["logits"], logits, atol=10 * TOLERANCE)
+    np.testing.assert_allclose(found["id_logits"], logits, atol=10 * TOLERANCE)
     if fixed:  # PNG is lossless and the images are at the model's size: decoding gives the same pixels
         np.testing.assert_allclose(found["bytes_features"], image_features, atol=TOLERANCE)
+        # strings + JPEG bytes against the Python API on the same decoded pixels (TensorFlow's JPEG decoder)
+        import tensorflow as tf
+
+        decoded = np.stack([tf.io.decode_jpeg(data, channels=3).numpy() for data in jpegs]).astype(np.float32)
+        want = model.logits(model.encode_image(decoded), text_features)
+        np.testing.assert_allclose(found["jpeg_logits"], want, atol=10 * TOLERANCE)
+        assert (found["jpeg_logits"].argmax(-1) == want.argmax(-1)).all()
     want = model.classify(images, LABELS, templates=TEMPLATES)
     np.testing.assert_allclose(found["label_scores"], want, atol=TOLERANCE)
     assert list(found["top_labels"]) == [LABELS[i] for i in want.argmax(-1)]
@@ -92,6 +124,22 @@ def test_export_refuses_what_it_cannot_serve(tmp_path):
         export.saved_model(zeroshot.from_pretrained(checkpoint, include_preprocessing=False), str(tmp_path / "a"))
     with pytest.raises(ValueError, match="class_names is empty"):
         export.saved_model(zeroshot.from_pretrained(checkpoint), str(tmp_path / "b"), class_names=[])
+    without_tokenizer = zeroshot.from_pretrained(checkpoint)
+    without_tokenizer.tokenizer = None
+    with pytest.raises(ValueError, match="no tokenizer.*strings=False"):
+        export.saved_model(without_tokenizer, str(tmp_path / "c"))
+    assert not os.path.exists(tmp_path / "c")
+
+
+@pytest.mark.slow
+def test_without_strings_the_token_id_signatures_remain(tmp_path):
+    model = zeroshot.from_pretrained(os.path.join(cases.case_dir("siglip"), "checkpoint"))
+    model.tokenizer = None  # e.g. a tokenizer with no TensorFlow form: the client tokenizes
+    path = export.saved_model(model, str(tmp_path / "ids"), strings=False)
+    import tensorflow as tf
+
+    signatures = tf.saved_model.load(path).signatures
+    assert sorted(signatures) == ["classify_token_ids", "encode_image", "encode_image_bytes", "encode_token_ids"]
 
 
 @pytest.mark.slow

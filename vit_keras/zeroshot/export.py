@@ -1,31 +1,37 @@
 """A zero-shot model as one SavedModel that TensorFlow loads without vit_keras (`tf.saved_model.load`, TF Serving).
 
-Signatures (images are RGB in [0, 255]; the features are projected, not normalised, as `ZeroShotModel`'s):
+Signatures (images are RGB in [0, 255]; the features are projected, not normalised, as `ZeroShotModel`'s; `texts`
+are UTF-8 strings, tokenized inside the graph by the checkpoint's own tokenizer, `vit_keras.zeroshot.graph_tokenizer`):
 
 - `encode_image`: `images` float32 (batch, H, W, 3) → `image_features`.
 - `encode_image_bytes` (models of a fixed image size): `image_bytes` string (batch,), encoded JPEG/PNG/GIF/BMP,
   decoded and resized as `vit_keras.export` does (bilinear, no crop) → `image_features`. A request with an image
   that cannot be decoded fails as a whole.
-- `encode_text`: `token_ids` int32 (batch, T ≤ context), `attention_mask` int32 (batch, T) → `text_features`.
-  The SavedModel takes token ids, not strings: the checkpoints' tokenizers (CLIP's byte-level BPE, SigLIP's
-  Unigram, Gemma's BPE with byte fallback) are not in the graph. Tokenize with `ZeroShotModel.tokenize` (or the
-  checkpoint's own tokenizer) on the client.
-- `classify`: `images`, `token_ids`, `attention_mask` → `logits_per_image` (batch, texts) and `scores` (softmax
-  over the texts for CLIP, a sigmoid per text for SigLIP).
+- `encode_text`: `texts` string (batch,) → `text_features`.
+- `tokenize`: `texts` → `token_ids`, `attention_mask` int32 (batch, context_length), as `ZeroShotModel.tokenize`.
+- `classify`: `images`, `texts` → `logits_per_image` (batch, texts) and `scores` (softmax over the texts for CLIP,
+  a sigmoid per text for SigLIP); `classify_image_bytes`: the same from `image_bytes` (fixed image size).
+- `encode_token_ids` and `classify_token_ids`: the same from `token_ids`, `attention_mask` int32 (batch,
+  T ≤ context) instead of strings, for clients that tokenize themselves.
 - `classify_labels` (when `class_names` are given at export): `images` → `scores` (batch, classes) over the class
   names, their text features (with `templates`, the prompt ensemble) computed once at export; `labels` string
   (classes,) and `top_labels` string (batch,) name them.
 
+`strings=False` leaves out the string signatures (`encode_text`, `tokenize`, `classify`, `classify_image_bytes`),
+for a tokenizer whose pipeline has no TensorFlow form (the export says which part) or a model without a tokenizer.
+
 Written to a temporary directory beside `export_dir` and renamed into place. Exported from the TensorFlow backend.
 
-`tflite(model, directory)` writes one TFLite file per tower (`image.tflite`, `text.tflite`), float32.
+`tflite(model, directory)` writes one TFLite file per tower (`image.tflite`, `text.tflite`), float32; the TFLite
+text tower takes token ids.
 
 Example (an export takes seconds; tests/test_zeroshot_export.py runs it)::
 
     m = zeroshot.from_pretrained("tests/fixtures/zeroshot/clip/checkpoint")
     saved_model(m, "clip_savedmodel", class_names=["cat", "dog"])
-    sorted(tf.saved_model.load("clip_savedmodel").signatures)
-    # ['classify', 'classify_labels', 'encode_image', 'encode_image_bytes', 'encode_text']
+    served = tf.saved_model.load("clip_savedmodel").signatures
+    served["classify_image_bytes"](image_bytes=tf.constant([open("cat.jpg", "rb").read()]),
+                                   texts=tf.constant(["a photo of a cat", "a photo of a dog"]))["scores"]
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from vit_keras.zeroshot.text import ATTENTION_MASK, TOKEN_IDS
 
 IMAGES = "images"
 IMAGE_BYTES = "image_bytes"
+TEXTS = "texts"
 
 
 def _check(model) -> None:
@@ -54,15 +61,24 @@ def _check(model) -> None:
                          "[0, 255]: build it with vit_keras.zeroshot.from_pretrained(..., include_preprocessing=True).")
 
 
-def build_module(model, class_names=None, templates=None, max_image_pixels=None):
-    """`(module, signatures)`: a `tf.Module` holding the towers' variables and the serving `tf.function`s."""
+def build_module(model, class_names=None, templates=None, max_image_pixels=None, strings: bool = True):
+    """`(module, signatures)`: a `tf.Module` holding the towers' variables, the tokenizer's tables and the serving
+    `tf.function`s."""
     import tensorflow as tf
 
     from vit_keras.export.signatures import decode_images
+    from vit_keras.zeroshot.graph_tokenizer import GraphTokenizer
 
     _check(model)
     image_size = model.image_size
     softmax = model.probabilities == "softmax"
+    module = tf.Module(name="zeroshot_serving")
+    if strings:
+        if model.tokenizer is None:
+            raise ValueError("This model has no tokenizer, so the SavedModel cannot take strings; export with "
+                             "strings=False (token ids) or load the model with its tokenizer.json.")
+        module.tokenizer = GraphTokenizer.from_tokenizer(model.tokenizer)
+        model_reads_mask = model.tokenizer.return_mask
 
     def image_features(images):
         return model.image_model(images, training=False)
@@ -70,39 +86,71 @@ def build_module(model, class_names=None, templates=None, max_image_pixels=None)
     def text_features(ids, mask):
         return model.text_model({TOKEN_IDS: ids, ATTENTION_MASK: mask}, training=False)
 
-    def scores(logits):
-        return tf.nn.softmax(logits, axis=-1) if softmax else tf.sigmoid(logits)
+    def string_features(texts):
+        ids, mask = module.tokenizer(texts)
+        # as ZeroShotModel.encode_text: a tokenizer that gives no mask (SigLIP) means every position is read
+        return text_features(ids, mask if model_reads_mask else tf.ones_like(mask))
+
+    def scored(logits):
+        return {"logits_per_image": logits,
+                "scores": tf.nn.softmax(logits, axis=-1) if softmax else tf.sigmoid(logits)}
 
     height, width = (None, None) if image_size is None else image_size
     images_spec = tf.TensorSpec((None, height, width, 3), tf.float32, name=IMAGES)
+    bytes_spec = tf.TensorSpec((None,), tf.string, name=IMAGE_BYTES)
+    texts_spec = tf.TensorSpec((None,), tf.string, name=TEXTS)
     ids_spec = tf.TensorSpec((None, None), tf.int32, name=TOKEN_IDS)
     mask_spec = tf.TensorSpec((None, None), tf.int32, name=ATTENTION_MASK)
+    functions = {}
 
     @tf.function(input_signature=[images_spec], autograph=False)
     def encode_image(images):
         return {"image_features": image_features(images)}
 
     @tf.function(input_signature=[ids_spec, mask_spec], autograph=False)
-    def encode_text(token_ids, attention_mask):
+    def encode_token_ids(token_ids, attention_mask):
         return {"text_features": text_features(token_ids, attention_mask)}
 
     @tf.function(input_signature=[images_spec, ids_spec, mask_spec], autograph=False)
-    def classify(images, token_ids, attention_mask):
-        logits = model.logits_layer(image_features(images), text_features(token_ids, attention_mask))
-        return {"logits_per_image": logits, "scores": scores(logits)}
+    def classify_token_ids(images, token_ids, attention_mask):
+        return scored(model.logits_layer(image_features(images), text_features(token_ids, attention_mask)))
 
-    functions = {"encode_image": encode_image, "encode_text": encode_text, "classify": classify}
+    functions.update(encode_image=encode_image, encode_token_ids=encode_token_ids,
+                     classify_token_ids=classify_token_ids)
+    if strings:
+        @tf.function(input_signature=[texts_spec], autograph=False)
+        def encode_text(texts):
+            return {"text_features": string_features(texts)}
+
+        @tf.function(input_signature=[texts_spec], autograph=False)
+        def tokenize(texts):
+            ids, mask = module.tokenizer(texts)
+            return {TOKEN_IDS: ids, ATTENTION_MASK: mask}
+
+        @tf.function(input_signature=[images_spec, texts_spec], autograph=False)
+        def classify(images, texts):
+            return scored(model.logits_layer(image_features(images), string_features(texts)))
+
+        functions.update(encode_text=encode_text, tokenize=tokenize, classify=classify)
     if image_size is not None:
         from vit_keras.images import max_image_pixels as default_max_pixels
 
         limit = default_max_pixels() if max_image_pixels is None else int(max_image_pixels)
 
-        @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name=IMAGE_BYTES)], autograph=False)
+        def decoded(image_bytes):
+            return decode_images(image_bytes, image_size, limit)
+
+        @tf.function(input_signature=[bytes_spec], autograph=False)
         def encode_image_bytes(image_bytes):
-            return {"image_features": image_features(decode_images(image_bytes, image_size, limit))}
+            return {"image_features": image_features(decoded(image_bytes))}
 
         functions["encode_image_bytes"] = encode_image_bytes
-    module = tf.Module(name="zeroshot_serving")
+        if strings:
+            @tf.function(input_signature=[bytes_spec, texts_spec], autograph=False)
+            def classify_image_bytes(image_bytes, texts):
+                return scored(model.logits_layer(image_features(decoded(image_bytes)), string_features(texts)))
+
+            functions["classify_image_bytes"] = classify_image_bytes
     if class_names is not None:
         names = list(class_names)
         class_features = tf.constant(model.class_text_features(names, templates), tf.float32)
@@ -111,7 +159,7 @@ def build_module(model, class_names=None, templates=None, max_image_pixels=None)
 
         @tf.function(input_signature=[images_spec], autograph=False)
         def classify_labels(images):
-            class_scores = scores(model.logits_layer(image_features(images), class_features))
+            class_scores = scored(model.logits_layer(image_features(images), class_features))["scores"]
             return {"scores": class_scores, "labels": labels,
                     "top_labels": tf.gather(labels, tf.argmax(class_scores, axis=-1))}
 
@@ -125,9 +173,10 @@ def build_module(model, class_names=None, templates=None, max_image_pixels=None)
 
 
 def saved_model(model, export_dir, *, class_names=None, templates=None, overwrite: bool = False,
-                max_image_pixels=None) -> str:
+                max_image_pixels=None, strings: bool = True) -> str:
     """Write the SavedModel of `model` (a `ZeroShotModel` built with `include_preprocessing=True`) to
-    `export_dir` and return its path; `class_names` (and `templates`) add `classify_labels`."""
+    `export_dir` and return its path; `class_names` (and `templates`) add `classify_labels`; `strings=False`
+    leaves out the signatures that take text as strings."""
     import tensorflow as tf
 
     from vit_keras.files import atomic_directory
@@ -135,7 +184,7 @@ def saved_model(model, export_dir, *, class_names=None, templates=None, overwrit
     export_dir = os.fspath(export_dir)
     if class_names is not None and not list(class_names):
         raise ValueError("class_names is empty; pass the labels classify_labels should score, or None.")
-    module, functions = build_module(model, class_names, templates, max_image_pixels)
+    module, functions = build_module(model, class_names, templates, max_image_pixels, strings=strings)
     with atomic_directory(export_dir, overwrite=overwrite) as tmp:
         tf.saved_model.save(module, tmp, signatures=functions)
     return export_dir
