@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from vit_keras.configs import CLASSIFIER_POOLS, config_fields
 from vit_keras.layers.dtypes import quantized_layers
-from vit_keras.model_class import config_of
+from vit_keras.model_class import VisionTransformer
 from vit_keras.weights import download, google, hf, hub, json_config, registry, timm, timm_eva
 from vit_keras.weights.assign import assign_params
 from vit_keras.weights.infer import infer_config_fields
@@ -278,7 +278,7 @@ def architecture_of(model) -> dict:
     """The architecture arguments of a built vit_keras model: every `ViTConfig` field but `name`, and `classifier`
     (the older name of `global_pool`) for code written against it.
 
-    Read from the `ViTConfig` the model carries (`vit_keras.model_config.config_of`).
+    Read from the `ViTConfig` the model carries (`model_config`).
 
     Example:
         >>> import vit_keras
@@ -293,14 +293,19 @@ def architecture_of(model) -> dict:
 
 
 def model_config(model):
-    """The `ViTConfig` a vit_keras model carries (`vit_keras.model_config.config_of`).
+    """The `ViTConfig` a vit_keras model carries (`VisionTransformer.vit_config`, which a file saved by 0.1.0 also
+    gives); a model that carries none is refused.
 
     Example:
         >>> import vit_keras
         >>> model_config(vit_keras.ViTTi16(image_size=32)).hidden_size
         192
     """
-    return config_of(model)
+    config = model.vit_config if isinstance(model, VisionTransformer) else None
+    if config is None:
+        raise ValueError(f"{getattr(model, 'name', model)!r} is not a vit_keras model (it carries no ViTConfig); "
+                         "build it with vit_keras.ViT or vit_keras.from_pretrained.")
+    return config
 
 
 def _check_numerics(model, info: CheckpointInfo) -> None:
