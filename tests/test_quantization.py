@@ -155,6 +155,27 @@ def test_a_float_checkpoint_is_refused_by_a_quantized_model_and_nothing_changes(
         np.testing.assert_array_equal(old, np.array(new))
 
 
+def test_every_path_between_checkpoints_and_variables_refuses_a_quantized_layer(tmp_path):
+    """The refusal sits where each layer declares its checkpoint arrays, so it holds for a model whose only
+    quantized layer is the patch projection (read by the encoder itself), for `assign_params` called directly, and
+    for saving in a library's format; nothing is assigned or written."""
+    from vit_keras.weights.assign import assign_params
+    from vit_keras.weights.google import read_npz
+
+    model = vit_keras.ViT(image_size=64, classes=7, **KINDS["vit"])
+    model.quantize("int8", filters=lambda layer: layer.path == "patch_encoder/embedding")
+    before = [np.array(v) for v in model.weights]
+    with pytest.raises(ValueError, match=r"'patch_encoder/embedding' is quantized \(int8\)"):
+        vit_keras.load_weights(model, os.path.join(FIXTURE, "checkpoint.npz"))
+    with pytest.raises(ValueError, match=r"is quantized \(int8\)"):
+        assign_params(model, read_npz(os.path.join(FIXTURE, "checkpoint.npz")))
+    for old, new in zip(before, model.weights):
+        np.testing.assert_array_equal(old, np.array(new))
+    with pytest.raises(ValueError, match=r"save or convert the float model, before model.quantize"):
+        vit_keras.save_pretrained(model, str(tmp_path / "out"), format="timm")
+    assert not os.path.exists(tmp_path / "out")
+
+
 @pytest.mark.slow
 def test_constructors_take_a_dtype_policy_map_and_revive_a_quantized_model(tmp_path):
     mode = "int4"  # the mode with the most extra variables (packed kernel, scale, zero point, group index)

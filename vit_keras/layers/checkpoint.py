@@ -70,14 +70,29 @@ def plain(variable) -> CheckpointVariable:
     return CheckpointVariable(variable, tuple(variable.shape))
 
 
+def _refuse_quantized(layer) -> None:
+    """A quantized layer (`model.quantize`, or a quantized dtype policy) holds integer values and their scales, not
+    a checkpoint's float arrays: nothing is read into it or written from it."""
+    mode = getattr(layer, "quantization_mode", None)
+    if mode:
+        raise ValueError(
+            f"{layer.path or layer.name!r} is quantized ({mode}): quantized layers hold {mode} values and scales, "
+            "not a checkpoint's float arrays, so nothing was loaded into them or written from them. Load a float "
+            f"checkpoint into the float model first, then quantize: vit_keras.load_weights(model, ...); "
+            f"model.quantize({mode!r}); save or convert the float model, before model.quantize."
+        )
+
+
 def checkpoint_variables(layer) -> dict[str, CheckpointVariable]:
-    """The checkpoint names (relative to the layer) of `layer`'s variables.
+    """The checkpoint names (relative to the layer) of `layer`'s variables; a quantized layer is refused (its
+    variables are not a checkpoint's float arrays).
 
     Example:
         >>> norm = keras.layers.LayerNormalization(); norm.build((None, 4))
         >>> sorted(checkpoint_variables(norm))
         ['bias', 'scale']
     """
+    _refuse_quantized(layer)
     own = getattr(layer, "checkpoint_variables", None)
     if callable(own):
         return own()

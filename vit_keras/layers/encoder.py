@@ -7,7 +7,7 @@ import numpy as np
 from keras import ops
 
 from vit_keras.configs import POSITION_EMBEDDINGS, prefix_token_count, translate_aliases
-from vit_keras.layers.checkpoint import CheckpointVariable, nested, plain
+from vit_keras.layers.checkpoint import CheckpointVariable, checkpoint_variables, nested, plain
 from vit_keras.layers.dtypes import SublayerPolicies
 from vit_keras.layers.interpolation import check_grid_interpolation, resample_grid
 from vit_keras.layers.norms import NORMS, norm_layer
@@ -281,14 +281,15 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
 
     def checkpoint_variables(self):
         """`embedding/kernel` in Google's `(P, P, C, D)` layout, the prefix tokens and the position table."""
-        kernel = self.embedding.kernel
+        embedding = checkpoint_variables(self.embedding)  # the Dense's own; its kernel is reshaped below
+        kernel = embedding["kernel"].variable
         p = self.patch_size or int(round((kernel.shape[0] / 3) ** 0.5))
         channels = kernel.shape[0] // (p * p)
         out = {"embedding/kernel": CheckpointVariable(
             kernel, (p, p, channels, kernel.shape[1]), lambda a, shape=tuple(kernel.shape): a.reshape(shape),
             lambda a, shape=(p, p, channels, kernel.shape[1]): a.reshape(shape))}
         if self.patch_bias:
-            out["embedding/bias"] = plain(self.embedding.bias)
+            out["embedding/bias"] = embedding["bias"]
         if self.patch_norm is not None:
             out.update(nested("patch_norm", self.patch_norm))
         if self.class_token:

@@ -20,7 +20,6 @@ import warnings
 from collections.abc import Callable
 
 from vit_keras.configs import CLASSIFIER_POOLS, config_fields
-from vit_keras.layers.dtypes import quantized_layers
 from vit_keras.model_class import VisionTransformer
 from vit_keras.weights import download, google, hf, hub, json_config, registry, timm, timm_eva
 from vit_keras.weights.assign import assign_params
@@ -386,14 +385,6 @@ def load_into(model, info: CheckpointInfo, *, interpolation: str = "linear", sou
             )
         load_keras_weights(model, info.path)
         return
-    quantized = quantized_layers(model)
-    if quantized:
-        path, mode = next(iter(quantized.items()))
-        raise ValueError(
-            f"{info.path}: this model has {len(quantized)} quantized layers (e.g. {path!r}: {mode}) and the "
-            "checkpoint's weights are float; nothing was loaded. Load them into the float model first, then "
-            f"quantize: vit_keras.load_weights(model, ...); model.quantize({mode!r})."
-        )
     _check_numerics(model, info)
     config = model_config(model)
     params = info.read(config.num_heads, architecture={field: getattr(config, field) for field in config_fields()})

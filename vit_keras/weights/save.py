@@ -33,7 +33,6 @@ import os
 import numpy as np
 
 from vit_keras.files import atomic_directory
-from vit_keras.layers.dtypes import quantized_layers
 from vit_keras.weights import hf, hf_families, rules, timm
 from vit_keras.weights.assign import model_slots
 
@@ -62,11 +61,6 @@ def model_params(model) -> dict[str, np.ndarray]:
         >>> sorted(model_params(vit_keras.ViT(image_size=32, **tiny)))[:2]
         ['Transformer/encoder_norm/bias', 'Transformer/encoder_norm/scale']
     """
-    quantized = quantized_layers(model)
-    if quantized:
-        path, mode = next(iter(quantized.items()))
-        raise ValueError(f"This model has {len(quantized)} quantized layers (e.g. {path!r}: {mode}); save the float "
-                         "model (before model.quantize) so that the target library gets float weights.")
     return {name: slot.checkpoint_value() for name, slot in model_slots(model).items()}
 
 
