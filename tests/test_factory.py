@@ -127,3 +127,8 @@ def test_checkpoint_stored_size_is_the_default_and_overrides_win():
     assert resolve_config(info, {"activation": None}).activation == "gelu_tanh"
     with pytest.raises(ValueError, match="Unknown ViTConfig fields \\['classifier'\\]"):
         resolve_config(info, {"classifier": "token"})
+    # Any image size: the table stays at the checkpoint's grid, or at the grid of an `image_size` the caller gives.
+    any_size = resolve_config(info, {}, any_image_size=True)
+    assert any_size.image_size is None and any_size.pos_grid == stored.grid_size
+    stored_at_48 = resolve_config(info, {"image_size": (48, 48)}, any_image_size=True)
+    assert stored_at_48.image_size is None and stored_at_48.pos_grid == (48 // stored.patch_size,) * 2

@@ -13,7 +13,7 @@ import os
 
 from vit_keras import weights as weights_lib
 from vit_keras.configs import VARIANTS, check_hw
-from vit_keras.models.factory import build_from_checkpoint, resolve_config
+from vit_keras.models.factory import build_from_checkpoint
 from vit_keras.weights import hub, registry
 from vit_keras.weights.resample import check_interpolation
 
@@ -106,12 +106,9 @@ def from_pretrained(
         overrides["image_size"] = check_hw("image_size", image_size)
     if flexible and image_size is not None:
         raise ValueError("A flexible (NaFlex) model takes images of any size as patches; drop `image_size`.")
-    if flexible or any_image_size or (info.native_aspect and image_size is None):
-        if image_size is not None:  # the grid the position embeddings are resampled to once, then stored at
-            overrides["pos_grid"] = resolve_config(info, overrides, interpolation=interpolation).grid_size
-        overrides["image_size"] = None
     return build_from_checkpoint(
         info, overrides, interpolation=interpolation, include_top=include_top, pooling=pooling, classes=classes,
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
         input_tensor=input_tensor, name=name, head_tokens_only=head_tokens_only, flexible=flexible,
+        any_image_size=any_image_size or (info.native_aspect and image_size is None),
     )

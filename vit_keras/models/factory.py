@@ -17,7 +17,8 @@ OPEN_FIELDS = ("activation", "layer_norm_epsilon", "pos_grid", "pos_interpolatio
 
 
 def resolve_config(info, overrides: dict, *, include_top: bool = True, classes=None, interpolation=None,
-                   source_grid=None, headless_representation: bool = True) -> ViTConfig:
+                   source_grid=None, headless_representation: bool = True,
+                   any_image_size: bool = False) -> ViTConfig:
     """The config of the model a checkpoint and a caller's overrides describe: one set of rules for `ViT(weights=)`,
     `from_pretrained` and `vit-keras convert`.
 
@@ -27,6 +28,8 @@ def resolve_config(info, overrides: dict, *, include_top: bool = True, classes=N
     - `activation`, `layer_norm_epsilon` (`OPEN_FIELDS`) left out or None follow the checkpoint.
     - `image_size` left out is the checkpoint's stored size (224 when it does not say); `None` is any size, with
       `pos_grid` the checkpoint's stored grid and `pos_interpolation` the in-graph form of `interpolation`.
+    - `any_image_size=True`: a model of any image size (`image_size=None`); an `image_size` in `overrides` then
+      only says the grid the position embeddings are resampled to once and stored at (`pos_grid`).
     - `representation_size` left out is the checkpoint's, dropped when a fresh head replaces the checkpoint's
       (`include_top` with other `classes`), as vit_jax's `load_pretrained` fine-tunes, and without a head
       (`include_top=False`) unless `headless_representation` (True: the checkpoint's own model without its
@@ -62,6 +65,12 @@ def resolve_config(info, overrides: dict, *, include_top: bool = True, classes=N
     fields.update(overrides)
     # A table that is part of the architecture (bilinear_crop) stays at its stored grid and keeps its own resampling.
     architectural = fields.get("pos_interpolation") in ARCHITECTURAL_POS_INTERPOLATIONS
+    if any_image_size:
+        if fields["image_size"] is not None and "image_size" in overrides:  # the grid it is stored at
+            stored_at = {**fields, **({} if architectural else {"pos_grid": None})}
+            overrides = {**overrides, "pos_grid": ViTConfig.from_dict(stored_at).grid_size}
+            fields["pos_grid"] = overrides["pos_grid"]
+        fields["image_size"] = None
     if fields["image_size"] is None and info is not None:
         config = ViTConfig.from_dict({**fields, "image_size": (DEFAULT_IMAGE_SIZE,) * 2, "pos_grid": None})
         if "pos_grid" not in overrides:
@@ -99,13 +108,14 @@ def build_from_checkpoint(info, overrides: dict, *, config: ViTConfig | None = N
                           source_grid=None, include_top=True, pooling=None, classes=None,
                           classifier_activation="softmax", include_preprocessing=True, input_tensor=None, channels=3,
                           name=None, input_size=None, dtype=None, head_tokens_only=False,
-                          headless_representation=True, flexible=False):
+                          headless_representation=True, flexible=False, any_image_size=False):
     """The factory behind `ViT(weights=)`, `from_pretrained` and `vit-keras convert`: resolve the config
     (`resolve_config`: the checkpoint's fields, the caller's `overrides` winning), build it (`build_vit`) and
     assign the checkpoint's parameters (`vit_keras.weights.load_into`).
 
     `info` is what `vit_keras.weights.describe` returns (None: random weights); `classes=None` is the checkpoint's;
-    `headless_representation`: see `resolve_config`; `flexible`: a NaFlex model (see `ViT`). Without a checkpoint,
+    `headless_representation`, `any_image_size`: see `resolve_config`; `flexible`: a NaFlex model (see `ViT`),
+    which takes any image size. Without a checkpoint,
     `config` is an already resolved config to build as it is (`ViT()` without weights resolves its own once).
 
     Example:
@@ -132,7 +142,8 @@ def build_from_checkpoint(info, overrides: dict, *, config: ViTConfig | None = N
     if config is None:
         config = resolve_config(info, overrides, include_top=include_top, classes=classes,
                                 interpolation=interpolation, source_grid=source_grid,
-                                headless_representation=headless_representation)
+                                headless_representation=headless_representation,
+                                any_image_size=any_image_size or flexible)
     model = build_vit(
         config, include_top=include_top, pooling=pooling, classes=classes if classes is not None else 1000,
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
