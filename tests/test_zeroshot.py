@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
+import sys
 import warnings
 
 import keras
@@ -150,6 +153,38 @@ def test_refusals_name_the_problem_and_the_fix(models, tmp_path):
     save_file(tensors, str(extra / "model.safetensors"))
     with pytest.raises(ValueError, match=r"lacks 'text_projection\.weight'"):
         zeroshot.from_pretrained(extra)
+
+
+def test_broken_files_and_wrong_images_are_refused_with_the_fix(models, tmp_path):
+    no_text = _copy_checkpoint("clip", tmp_path / "no_text")
+    config = json.loads((no_text / "config.json").read_text())
+    del config["text_config"]
+    (no_text / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="needs `text_config`.*save_pretrained"):
+        zeroshot.from_pretrained(no_text)
+    from safetensors.numpy import load_file, save_file
+
+    diverged = _copy_checkpoint("clip", tmp_path / "diverged")
+    tensors = load_file(str(diverged / "model.safetensors"))
+    name = "text_model.encoder.layers.0.mlp.fc1.weight"
+    tensors[name][0, 0] = np.nan
+    save_file(tensors, str(diverged / "model.safetensors"))
+    with pytest.raises(ValueError, match=rf"{re.escape(name)}' has 1 NaN.*Nothing was loaded"):
+        zeroshot.from_pretrained(diverged)
+    images = cases.normalised_images("clip")
+    for wrong, words in ((images[..., :1], "grayscale images repeat the channel"), (images[0], "batch axis"),
+                         (np.concatenate([images, images[..., :1]], -1), "drop the alpha channel")):
+        with pytest.raises(ValueError, match=f"shape \\(batch, height, width, 3\\).*{words}"):
+            models["clip"].classify(wrong, ["cat"])
+    with pytest.raises(ValueError, match=r"takes 32x32 images, got 48x48.*image_size=\(48, 48\)"):
+        models["clip"].encode_image(np.zeros((1, 48, 48, 3), "float32"))
+
+
+def test_the_command_without_labels_says_so(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "vit_keras.cli", "zeroshot", str(tmp_path / "x.png"), "--model",
+                          os.path.join(cases.case_dir("clip"), "checkpoint")], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 2 and "required: --labels" in run.stderr, run.stderr[-500:]
 
 
 @pytest.mark.slow

@@ -78,7 +78,24 @@ class ZeroShotModel:
 
     def encode_image(self, images):
         """Projected image features (N, E), not normalised; `images` as `image_model` takes them."""
+        self._check_images(images)
         return np.asarray(keras.ops.convert_to_numpy(self.image_model(images, training=False)))
+
+    def _check_images(self, images) -> None:
+        """Refuse images the image model would misread: not (N, H, W, 3), or not at its fixed size."""
+        if isinstance(images, dict) or isinstance(self.image_model.input, dict):
+            return  # the NaFlex dict: its layers check it
+        shape = tuple(images.shape) if hasattr(images, "shape") else np.shape(images)
+        if len(shape) != 4 or shape[-1] != 3:
+            fix = (" For grayscale images repeat the channel (np.repeat(images, 3, axis=-1)); for RGBA drop the "
+                   "alpha channel (images[..., :3])." if len(shape) == 4 else " Add the batch axis for one image "
+                   "(images[None]).")
+            raise ValueError(f"encode_image: images must be RGB of shape (batch, height, width, 3), got shape "
+                             f"{shape}.{fix}")
+        if self.image_size is not None and tuple(shape[1:3]) != self.image_size:
+            raise ValueError(f"encode_image: this model takes {self.image_size[0]}x{self.image_size[1]} images, got "
+                             f"{shape[1]}x{shape[2]}; resize them, or build the model for that size with "
+                             f"vit_keras.zeroshot.from_pretrained(..., image_size=({shape[1]}, {shape[2]})).")
 
     def encode_text(self, token_ids, attention_mask=None):
         """Projected text features (T, E), not normalised. `attention_mask` None: every position is real."""
