@@ -1,6 +1,7 @@
 """The training input's device prefetching (`vit_keras.training.device_prefetch`), on a CPU: the prefetching paths
 hand out exactly the batches of the plain path, `training.train` learns the same weights through them, and a machine
-without an accelerator takes, and reports, the plain path.
+without an accelerator takes, and reports, the plain path. Also the run's callbacks without a host sync after every
+step (`callbacks.StepEndCallback`, deferred): the same backups, the same stop on a non-finite loss.
 
 The PyTorch and JAX cases run in a process of their own (KERAS_BACKEND is read once, at `import keras`):
 `python tests/test_device_prefetch.py BACKEND OUT` is that process.
@@ -127,7 +128,7 @@ def test_this_machine_without_an_accelerator_takes_the_plain_path():
     assert keras.backend.backend() == "tensorflow" or not choose_input_path().builds
 
 
-def _tiny_run(output_dir, device_prefetch):
+def _tiny_run(output_dir, device_prefetch, callbacks=()):
     """A few `training.train` steps of the training tests' tiny ViT on fixed data; its final weights and result."""
     import tensorflow as tf
 
@@ -143,7 +144,7 @@ def _tiny_run(output_dir, device_prefetch):
     result = training.train(
         lambda: vit_keras.ViT(image_size=16, classes=10, classifier_activation=None, **TINY_TRAINING),
         tf.data.Dataset.from_tensor_slices((images, labels)), config, output_dir=output_dir, num_classes=10,
-        verbose=0, device_prefetch=device_prefetch)
+        verbose=0, device_prefetch=device_prefetch, callbacks=callbacks)
     return [np.asarray(weight) for weight in result.model.get_weights()], result
 
 
@@ -197,6 +198,70 @@ def test_other_backends_learn_the_same_weights(backend, tmp_path):
         assert paths["forced"] == "device prefetch (cpu: no accelerator, one batch ahead)"
     else:  # nothing is built on JAX: Keras' trainer transfers ahead itself, and here there is no accelerator
         assert paths["forced"] == "host (no accelerator)"
+    # No host sync after every step: Keras ran the batch-end hooks (and their float conversion) on another thread.
+    assert paths["batch_end_on_training_thread"] == [False]
+
+
+def _fit_with(callbacks, poison_step=None, epochs=2, steps=4):
+    """A Dense model fit for `epochs` x `steps` steps of batch 2, the batch of step `poison_step` (1-based) NaN."""
+    import keras
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(steps * 2, 3)).astype(np.float32)
+    y = rng.normal(size=(steps * 2, 1)).astype(np.float32)
+    if poison_step is not None:
+        x[(poison_step - 1) * 2:poison_step * 2] = np.nan
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(x, y, batch_size=2, epochs=epochs, shuffle=False, verbose=0, callbacks=callbacks)
+    return model
+
+
+class _Recorded:
+    """StepBackup whose saves are recorded (the step, and whether the weights were finite) instead of written."""
+
+    def __new__(cls, deferred, every):
+        from vit_keras.training.callbacks import StepBackup
+
+        class Backup(StepBackup):
+            def save(self):
+                finite = all(np.isfinite(np.asarray(w)).all() for w in self.model.get_weights())
+                self.saved.append((self.step, bool(finite)))
+
+        backup = Backup("unused", every=every, deferred=deferred)
+        backup.saved = []
+        return backup
+
+
+def test_deferred_step_work_backs_up_the_same_steps_without_a_per_step_hook():
+    from vit_keras.training.callbacks import EpochTensorBoard, StopOnNonFiniteLoss, TrainingMonitor, has_step_end_work
+
+    saves = {}
+    for deferred in (False, True):
+        backup = _Recorded(deferred, every=3)
+        _fit_with([StopOnNonFiniteLoss(deferred=deferred, check_every=3), backup])
+        saves[deferred] = backup.saved
+    assert saves[False] == saves[True] == [(3, True), (4, True), (7, True), (8, True)]
+    # Deferred, nothing of the run's own asks Keras for the batch-end hooks on the training thread.
+    assert not any(has_step_end_work(callback) for callback in (
+        StopOnNonFiniteLoss(deferred=True), _Recorded(True, 2), TrainingMonitor("logs", {}, 8, deferred=True),
+        EpochTensorBoard("logs")))
+    assert all(has_step_end_work(callback) for callback in (StopOnNonFiniteLoss(), _Recorded(False, 2)))
+
+
+def test_deferred_loss_check_stops_before_a_backup_holds_diverged_weights():
+    from vit_keras.training.callbacks import NonFiniteLossError, StopOnNonFiniteLoss
+
+    backup = _Recorded(True, every=2)
+    # Step 3 diverges; the loss (the epoch's running mean) is read at the backup's steps: after step 4, before the
+    # backup of step 4 is written.
+    with pytest.raises(NonFiniteLossError, match="loss became nan by optimizer update 4"):
+        _fit_with([StopOnNonFiniteLoss(deferred=True, check_every=2), backup], poison_step=3)
+    assert backup.saved == [(2, True)]
+    backup = _Recorded(True, every=1)
+    with pytest.raises(NonFiniteLossError, match="loss became nan at optimizer update 3"):
+        _fit_with([StopOnNonFiniteLoss(deferred=True, check_every=1), backup], poison_step=3)
+    assert backup.saved == [(1, True), (2, True)]
 
 
 def _worker(backend, out):
@@ -206,12 +271,24 @@ def _worker(backend, out):
     assert keras.backend.backend() == backend
     if backend == "torch":
         _torch_cases()
+    import threading
+
+    class ThreadProbe(keras.callbacks.Callback):
+        """Where Keras runs the batch-end hooks: off the training thread when no callback needs them on it."""
+
+        async_safe = True
+        threads = set()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.threads.add(threading.current_thread() is threading.main_thread())
+
     host, host_result = _tiny_run(os.path.join(out, "host"), None)
-    prefetched, prefetch_result = _tiny_run(os.path.join(out, "prefetch"), True)
+    prefetched, prefetch_result = _tiny_run(os.path.join(out, "prefetch"), True, callbacks=[ThreadProbe()])
     for a, b in zip(host, prefetched, strict=True):
         np.testing.assert_array_equal(a, b)
     with open(os.path.join(out, "paths.json"), "w") as handle:
-        json.dump({"auto": host_result.input_path, "forced": prefetch_result.input_path}, handle)
+        json.dump({"auto": host_result.input_path, "forced": prefetch_result.input_path,
+                   "batch_end_on_training_thread": sorted(ThreadProbe.threads)}, handle)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,101 @@ def _gfile():
     return tf.io.gfile
 
 
-class TrainingMonitor(keras.callbacks.Callback):
+def _training_logs(logs) -> dict:
+    """An epoch's logs without the validation entries: the training values of its last step."""
+    return {key: value for key, value in (logs or {}).items() if not key.startswith("val_")}
+
+
+class StepEndCallback(keras.callbacks.Callback):
+    """A callback whose work follows each training step (`on_step_end(logs)`), run in one of two ways.
+
+    By default in `on_train_batch_end`. Keras then runs every callback's batch-end hook on the training thread and
+    first converts each log to a Python float (`keras.callbacks.CallbackList`, `python_utils.pythonify_logs`): the
+    host waits for every step's device work before it can start the next. With `deferred=True` the work of step
+    k runs at the start of step k+1 (before the step itself, so nothing is lost), or at the epoch's end, and gets
+    no logs (`logs=None`: read what is needed from the model when it is needed). The callback is then
+    `async_safe`, and when no other callback has per-step work, Keras hands the batch-end hooks (progress bar,
+    history) to a thread: the host goes on queueing steps, and waits for the device only where a callback reads
+    a value. (Keras' TensorFlow backend keeps its callbacks on the training thread whatever they are.)
+
+    Example:
+        >>> class Count(StepEndCallback):
+        ...     steps = 0
+        ...     def on_step_end(self, logs=None):
+        ...         self.steps += 1
+        >>> count = Count(deferred=True)
+        >>> count.on_train_batch_begin(0); count.on_train_batch_begin(1); count.on_epoch_end(0, {})
+        >>> count.steps
+        2
+    """
+
+    def __init__(self, deferred: bool = False):
+        super().__init__()
+        self.deferred = bool(deferred)
+        self.async_safe = self.deferred  # its on_train_batch_end then does nothing
+        self._step_running = False
+
+    def on_step_end(self, logs=None):
+        """The work after a training step (`logs`: that step's logs, or None when deferred)."""
+
+    def _finish_step(self, logs=None):
+        if self._step_running:
+            self._step_running = False
+            self.on_step_end(logs)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._finish_step()
+        self._step_running = self.deferred
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.deferred:
+            self.on_step_end(logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        # The epoch's training logs are its last step's: validation has reset the metrics by now.
+        self._finish_step(_training_logs(logs))
+
+
+def has_step_end_work(callback) -> bool:
+    """Whether `callback` makes Keras run the batch-end hooks on the training thread, converting every log to a
+    float after every step (a host sync): an `on_train_batch_end` / `on_batch_end` of its own, not `async_safe`.
+
+    Example:
+        >>> has_step_end_work(keras.callbacks.History()), has_step_end_work(StepBackup("backup", deferred=True))
+        (False, False)
+        >>> has_step_end_work(StepBackup("backup"))
+        True
+    """
+    if getattr(callback, "async_safe", False):
+        return False
+    return not all(getattr(getattr(callback, hook), "_is_default", False)
+                   for hook in ("on_train_batch_end", "on_batch_end"))
+
+
+class EpochTensorBoard(keras.callbacks.TensorBoard):
+    """`keras.callbacks.TensorBoard(update_freq="epoch")` without work after each step: the training graph is
+    written at the first epoch's end instead of after the first step, so that the callback does not keep Keras'
+    batch-end hooks on the training thread (see `StepEndCallback`).
+
+    Example:
+        >>> board = EpochTensorBoard("logs")
+        >>> board.update_freq, has_step_end_work(board)
+        ('epoch', False)
+    """
+
+    def __init__(self, log_dir):
+        super().__init__(log_dir=log_dir, update_freq="epoch")
+
+    on_train_batch_end = keras.callbacks.Callback.on_train_batch_end  # Keras' default: nothing per step
+
+    def on_epoch_end(self, epoch, logs=None):
+        if getattr(self, "_should_write_train_graph", False):
+            self._should_write_train_graph = False
+            self._write_keras_model_train_graph()
+        super().on_epoch_end(epoch, logs)
+
+
+class TrainingMonitor(StepEndCallback):
     """Write what `keras.callbacks.TensorBoard` does not: learning rate, throughput (images/s), a few input
     images and the run's hyper-parameters (text and the HParams plugin), into `log_dir/train`.
 
@@ -35,8 +129,9 @@ class TrainingMonitor(keras.callbacks.Callback):
         >>> monitor = TrainingMonitor("logs", finetune().to_dict(), micro_batch_size=64, sample_images=images)
     """
 
-    def __init__(self, log_dir, hparams: dict, micro_batch_size: int, sample_images=None, every: int = 10):
-        super().__init__()
+    def __init__(self, log_dir, hparams: dict, micro_batch_size: int, sample_images=None, every: int = 10,
+                 deferred: bool = False):
+        super().__init__(deferred)
         self.log_dir = os.path.join(log_dir, "train")
         self.hparams = hparams
         self.micro_batch_size = micro_batch_size
@@ -74,14 +169,16 @@ class TrainingMonitor(keras.callbacks.Callback):
                 tf.summary.image("input_images", images, max_outputs=len(images))
         self._tick, self._ticks_seen = time.perf_counter(), 0
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_step_end(self, logs=None):
         import tensorflow as tf
 
         self._ticks_seen += 1
         if self._ticks_seen < self.every:
             return
-        now = time.perf_counter()
+        if logs is None:  # deferred: the values after the step just done, read (and waited for) only now
+            logs = self.model.get_metrics_result()
         step = self._step()
+        now = time.perf_counter()
         images_per_second = self._ticks_seen * self.micro_batch_size / max(now - self._tick, 1e-9)
         optimizer = self.model.optimizer
         learning_rate = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
@@ -94,11 +191,12 @@ class TrainingMonitor(keras.callbacks.Callback):
         self._tick, self._ticks_seen = now, 0
 
     def on_train_end(self, logs=None):
+        self._step_running = False
         if self._writer is not None:
             self._writer.flush()
 
 
-class StepBackup(keras.callbacks.Callback):
+class StepBackup(StepEndCallback):
     """Back up weights and optimizer state every `every` micro-steps and at each epoch's end, atomically.
 
     Unlike `keras.callbacks.BackupAndRestore`, which restarts an interrupted epoch from its beginning, the
@@ -110,6 +208,9 @@ class StepBackup(keras.callbacks.Callback):
     monitored value is backed up too and restored, so the first epoch after a resume replaces `best.keras` only
     when it beats the epochs before the interruption.
 
+    With `deferred=True` (`StepEndCallback`) the backup of step k is written at the start of step k+1 or at the
+    epoch's end: the same steps are backed up, with no host sync after the steps in between.
+
     Example:
         >>> best, last = checkpoint_callbacks("out/checkpoints", "val_accuracy", "max")
         >>> backup = StepBackup("out/backup", every=50, best_checkpoint=best)
@@ -117,8 +218,9 @@ class StepBackup(keras.callbacks.Callback):
         0
     """
 
-    def __init__(self, backup_dir: str, every: int | None = None, start_step: int = 0, best_checkpoint=None):
-        super().__init__()
+    def __init__(self, backup_dir: str, every: int | None = None, start_step: int = 0, best_checkpoint=None,
+                 deferred: bool = False):
+        super().__init__(deferred)
         self.backup_dir = backup_dir
         self.every = every
         self.step = start_step
@@ -173,7 +275,7 @@ class StepBackup(keras.callbacks.Callback):
             if keep is None or os.path.basename(path) != os.path.basename(keep):
                 gfile.remove(path)
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_step_end(self, logs=None):
         self.step += 1
         self._since += 1
         if self.every and self._since >= self.every:
@@ -181,6 +283,7 @@ class StepBackup(keras.callbacks.Callback):
             self._since = 0
 
     def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
         if self._since:
             self.save()
         self._since = 0
@@ -390,28 +493,50 @@ class NonFiniteLossError(FloatingPointError):
     """Training stopped because the loss became NaN or infinite (see `StopOnNonFiniteLoss`)."""
 
 
-class StopOnNonFiniteLoss(keras.callbacks.Callback):
+class StopOnNonFiniteLoss(StepEndCallback):
     """Stop training with a `NonFiniteLossError` the moment the loss is NaN or infinite.
 
     List it first: it raises before any later callback of the same step could write the diverged weights, so
     `best.keras`, `last.keras` and the resume backup keep the last good state. (Keras' `TerminateOnNaN` stops
     quietly instead, and the epoch-end callbacks would then save NaN weights.)
 
+    With `deferred=True` (`StepEndCallback`) it reads the loss every `check_every` steps and at each epoch's end
+    instead of after every step. Keras' loss is the mean over the epoch so far, so a non-finite step keeps it
+    non-finite until the epoch ends: give it the step backup's `every` (and list it before the backup), and it
+    still stops the run before anything writes diverged weights.
+
     Example:
         >>> callbacks = [StopOnNonFiniteLoss(learning_rate=0.03), *checkpoint_callbacks("ckpt", "loss", "min")]
     """
 
-    def __init__(self, learning_rate=None):
-        super().__init__()
+    def __init__(self, learning_rate=None, deferred: bool = False, check_every: int = 1):
+        super().__init__(deferred)
         self.learning_rate = learning_rate
+        self.check_every = max(int(check_every), 1)
+        self._since = 0
 
-    def on_train_batch_end(self, batch, logs=None):
-        loss = (logs or {}).get("loss")
+    def on_step_end(self, logs=None):
+        self._since += 1
+        if logs is None:  # deferred: read the loss (waiting for the device) only every check_every steps
+            if self._since < self.check_every:
+                return
+            logs = {"loss": self.model.get_metrics_result().get("loss")}
+        self._since = 0
+        self._check((logs or {}).get("loss"), "at")
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        self._since = 0
+        self._check((logs or {}).get("loss"), "by")
+
+    def _check(self, loss, when: str):
         if loss is None or np.isfinite(float(np.asarray(loss))):
             return
         update = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        if self.deferred and self.check_every > 1:
+            when = "by"
         raise NonFiniteLossError(
-            f"The training loss became {float(np.asarray(loss))} at optimizer update {update}: training stopped, "
+            f"The training loss became {float(np.asarray(loss))} {when} optimizer update {update}: training stopped, "
             "and the checkpoints and resume backup keep the last finite state. Try a lower learning rate"
             + (f" (this run used {self.learning_rate})" if self.learning_rate is not None else "")
             + ", more warmup steps, gradient clipping (clipnorm), precision='float32', and check the inputs for "

@@ -226,8 +226,11 @@ class ResumedRun:
     backup: object
 
 
-def resume_run(model, config, checkpoint_dir: str, backup_dir: str, monitor: str, mode: str) -> ResumedRun:
+def resume_run(model, config, checkpoint_dir: str, backup_dir: str, monitor: str, mode: str,
+               deferred: bool = False) -> ResumedRun:
     """The best/last checkpoint callbacks and the step backup of a run, with `model` restored from the backup.
+
+    `deferred`: the backup's per-step work runs at the next step's start (`callbacks.StepEndCallback`).
 
     Example:
         >>> from vit_keras.training import finetune
@@ -239,7 +242,7 @@ def resume_run(model, config, checkpoint_dir: str, backup_dir: str, monitor: str
     total_micro = config.total_steps * config.accumulation_steps
     best_checkpoint, last_checkpoint = cb.checkpoint_callbacks(checkpoint_dir, monitor, mode)
     backup = cb.StepBackup(backup_dir, every=config.backup_every or max(micro_per_epoch // 4, 1),
-                           best_checkpoint=best_checkpoint)
+                           best_checkpoint=best_checkpoint, deferred=deferred)
     start = backup.restore(model)
     if start and restart_adapters(model):  # the backup holds the adapters' update folded into the kernels
         logger.warning("LoRA: the adapters' update so far is in the restored kernels; fresh adapters continue.")
@@ -489,7 +492,11 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, p
     prepare_keras_fit(model, strategy, tf.nest.map_structure(np.asarray, sample))
 
     monitor = f"val_{metric}" if validation is not None else metric
-    run = resume_run(model, config, dirs.checkpoint_dir, dirs.backup_dir, monitor, "max")
+    # No host sync after every step unless a callback of the caller's asks for one (cb.StepEndCallback).
+    deferred = not any(cb.has_step_end_work(callback) for callback in extra_callbacks)
+    if not deferred:
+        logger.info("A callback given has per-step work (on_train_batch_end): Keras waits for every step's result.")
+    run = resume_run(model, config, dirs.checkpoint_dir, dirs.backup_dir, monitor, "max", deferred=deferred)
     micro_per_epoch, total_micro, start = run.micro_per_epoch, run.total_micro, run.start
     best_checkpoint, last_checkpoint, backup = run.best_checkpoint, run.last_checkpoint, run.backup
 
@@ -505,12 +512,13 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, p
         validation_dataset = pipelines.eval(validation.dataset, batch_size=config.micro_batch_size, cache=config.cache)
     callbacks = [
         # First: it raises before any later callback of the same step can save diverged weights.
-        cb.StopOnNonFiniteLoss(learning_rate=config.learning_rate),
+        # Deferred, it reads the loss at the backup's steps: before anything could write diverged weights.
+        cb.StopOnNonFiniteLoss(learning_rate=config.learning_rate, deferred=deferred, check_every=backup.every),
         # Per-epoch only: its batch axis restarts at 0 on every fit() (one per resume); TrainingMonitor writes
         # the batch curves keyed by optimizer updates instead.
-        keras.callbacks.TensorBoard(log_dir=dirs.log_dir, update_freq="epoch"),
+        cb.EpochTensorBoard(dirs.log_dir),
         cb.TrainingMonitor(dirs.log_dir, config.to_dict(), config.micro_batch_size, pipelines.images(sample[0]),
-                           every=max(micro_per_epoch // 10, 1)),
+                           every=max(micro_per_epoch // 10, 1), deferred=deferred),
         # Before the backup, so that a backup taken at an epoch's end holds that epoch's best value.
         best_checkpoint,
         last_checkpoint,
