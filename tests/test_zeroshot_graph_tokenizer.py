@@ -218,3 +218,12 @@ def test_unsupported_parts_are_refused_by_name():
 def test_reserved_characters_are_refused():
     with pytest.raises(tf.errors.InvalidArgumentError, match="U\\+FDD0"):
         GraphTokenizer.from_tokenizer(_clip())(tf.constant(["a \ufdd0 b"]))
+
+
+def test_texts_over_the_length_limit_are_refused():
+    graph = GraphTokenizer.from_tokenizer(_clip(), max_text_length=20)
+    graph(tf.constant(["a photo of a red car"]))  # 20 characters: taken
+    with pytest.raises(tf.errors.InvalidArgumentError, match="longer than 20 characters.*max_text_length"):
+        graph(tf.constant(["a photo of a red car!"]))
+    with pytest.raises(ValueError, match="max_text_length must be a positive"):
+        GraphTokenizer.from_tokenizer(_clip(), max_text_length=0)

@@ -61,7 +61,8 @@ def _check(model) -> None:
                          "[0, 255]: build it with vit_keras.zeroshot.from_pretrained(..., include_preprocessing=True).")
 
 
-def build_module(model, class_names=None, templates=None, max_image_pixels=None, strings: bool = True):
+def build_module(model, class_names=None, templates=None, max_image_pixels=None, strings: bool = True,
+                 max_text_length=None):
     """`(module, signatures)`: a `tf.Module` holding the towers' variables, the tokenizer's tables and the serving
     `tf.function`s."""
     import tensorflow as tf
@@ -77,7 +78,8 @@ def build_module(model, class_names=None, templates=None, max_image_pixels=None,
         if model.tokenizer is None:
             raise ValueError("This model has no tokenizer, so the SavedModel cannot take strings; export with "
                              "strings=False (token ids) or load the model with its tokenizer.json.")
-        module.tokenizer = GraphTokenizer.from_tokenizer(model.tokenizer)
+        module.tokenizer = GraphTokenizer.from_tokenizer(
+            model.tokenizer, **({} if max_text_length is None else {"max_text_length": max_text_length}))
         model_reads_mask = model.tokenizer.return_mask
 
     def image_features(images):
@@ -173,10 +175,11 @@ def build_module(model, class_names=None, templates=None, max_image_pixels=None,
 
 
 def saved_model(model, export_dir, *, class_names=None, templates=None, overwrite: bool = False,
-                max_image_pixels=None, strings: bool = True) -> str:
+                max_image_pixels=None, strings: bool = True, max_text_length=None) -> str:
     """Write the SavedModel of `model` (a `ZeroShotModel` built with `include_preprocessing=True`) to
     `export_dir` and return its path; `class_names` (and `templates`) add `classify_labels`; `strings=False`
-    leaves out the signatures that take text as strings."""
+    leaves out the signatures that take text as strings; `max_text_length`: the most characters a text may have
+    (default `graph_tokenizer.MAX_TEXT_LENGTH`, 2,048), a bound on a request's cost."""
     import tensorflow as tf
 
     from vit_keras.files import atomic_directory
@@ -184,7 +187,8 @@ def saved_model(model, export_dir, *, class_names=None, templates=None, overwrit
     export_dir = os.fspath(export_dir)
     if class_names is not None and not list(class_names):
         raise ValueError("class_names is empty; pass the labels classify_labels should score, or None.")
-    module, functions = build_module(model, class_names, templates, max_image_pixels, strings=strings)
+    module, functions = build_module(model, class_names, templates, max_image_pixels, strings=strings,
+                                     max_text_length=max_text_length)
     with atomic_directory(export_dir, overwrite=overwrite) as tmp:
         tf.saved_model.save(module, tmp, signatures=functions)
     return export_dir
