@@ -227,3 +227,12 @@ def test_texts_over_the_length_limit_are_refused():
         graph(tf.constant(["a photo of a red car!"]))
     with pytest.raises(ValueError, match="max_text_length must be a positive"):
         GraphTokenizer.from_tokenizer(_clip(), max_text_length=0)
+
+
+def test_it_runs_in_a_tf_data_pipeline():
+    tokenizer = _clip()
+    graph = GraphTokenizer.from_tokenizer(tokenizer)
+    texts = CORPUS[:8]
+    batches = tf.data.Dataset.from_tensor_slices(texts).batch(3).map(graph)
+    ids = np.concatenate([batch_ids.numpy() for batch_ids, _ in batches])
+    np.testing.assert_array_equal(ids, tokenizer(texts)[0])
