@@ -29,6 +29,8 @@ SERVED = {
     "timm/vit_base_patch16_siglip_224.v2_webli": FIXTURES / "family" / "timm_siglip_map" / "checkpoint",
     "timm/vit_small_patch16_224.augreg_in21k": FIXTURES / "family" / "timm_avg_fcnorm" / "checkpoint",
     "timm/vit_base_patch16_224.augreg2_in21k_ft_in1k": FIXTURES / "family" / "timm_avg_fcnorm" / "checkpoint",
+    # a SiglipModel with its tokenizer (the real one ships a Gemma tokenizer; the fixture's is a Unigram)
+    "google/siglip2-base-patch16-224": FIXTURES / "zeroshot" / "siglip" / "checkpoint",
 }
 GATED = {"facebook/dinov3-vits16-pretrain-lvd1689m"}  # as Meta's DINOv3 repositories are
 
@@ -47,7 +49,7 @@ def _default_model(script: str) -> str:
 def hub():
     server = LocalHub()
     for repo, directory in SERVED.items():
-        files = {name: (directory / name).read_bytes() for name in ("config.json", "model.safetensors")}
+        files = {path.name: path.read_bytes() for path in directory.iterdir() if path.is_file()}
         server.add(repo, files, **({"token": TOKEN} if repo in GATED else {}))
     server.start()
     yield server
@@ -183,3 +185,28 @@ def test_gpu_recipe(hub, workdir):
               cwd=workdir).stdout
     assert "precision: " in out and "wrote gpu.npy (20, " in out, out
     assert np.isfinite(np.load(workdir / "gpu.npy")).all()
+
+
+def test_zeroshot_export_and_query(hub, workdir):
+    import tensorflow as tf
+
+    from vit_keras import zeroshot
+
+    out = run("zeroshot_export.py", "--export-dir", "models/zeroshot/1", "--labels", "red,blue", hub=hub,
+              cwd=workdir).stdout
+    assert "wrote models/zeroshot/1 (siglip, sigmoid scores, context 16 tokens)" in out, out
+    images = ["photos/red/0.jpg", "photos/blue/0.jpg"]
+    # The query side needs TensorFlow only: vit_keras cannot even be imported in its process.
+    query = run("zeroshot_query.py", *images, "--labels", "red square,blue square", "--saved-model",
+                "models/zeroshot/1", hub=hub, cwd=workdir, prelude="import sys; sys.modules['vit_keras'] = None").stdout
+    lines = query.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == images, query
+    # The scores the Python API gives for the same prompts and the same decoded pixels (the images are at the
+    # model's 32x32, so the graph's resize keeps them); printed with 4 decimals, float32 graph vs eager: 1e-4.
+    model = zeroshot.from_pretrained(str(SERVED["google/siglip2-base-patch16-224"]))
+    pixels = np.stack([tf.io.decode_jpeg((workdir / path).read_bytes(), channels=3).numpy() for path in images])
+    labels = ["red square", "blue square"]
+    want = model.classify(pixels.astype(np.float32), labels, templates=["a photo of a {}."])
+    for line, row in zip(lines, want):
+        printed = dict(pair.rsplit(" ", 1) for pair in line.split(": ", 1)[1].split(", "))
+        np.testing.assert_allclose([float(printed[label]) for label in labels], row, atol=1e-4)

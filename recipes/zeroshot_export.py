@@ -1,0 +1,50 @@
+"""Export a zero-shot image-text model (CLIP, SigLIP, SigLIP 2) for TF Serving (step 1 of 2;
+`zeroshot_query.py` is step 2).
+
+    python recipes/zeroshot_export.py --export-dir models/zeroshot/1
+
+Writes one SavedModel with both towers and the checkpoint's tokenizer inside the graph, so that
+a client sends image files and texts as they are: `classify_image_bytes` (encoded JPEG / PNG /
+GIF / BMP files and texts → logits and scores), `encode_image_bytes`, `encode_text` (texts →
+features, for a retrieval index), `classify` and the token-id forms. `--labels` also stores
+fixed class names (`classify_labels`, scored without sending text). Default model: SigLIP 2
+B/16 at 224 px.
+"""
+
+import argparse
+
+from vit_keras import zeroshot
+from vit_keras.zeroshot import export
+
+DEFAULT_MODEL = "hf-hub:google/siglip2-base-patch16-224"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--model", default=DEFAULT_MODEL, help=f"hub id or directory (default {DEFAULT_MODEL})"
+    )
+    parser.add_argument(
+        "--export-dir",
+        default="models/zeroshot/1",
+        help="the SavedModel directory (TF Serving: MODEL_BASE_PATH/VERSION)",
+    )
+    parser.add_argument(
+        "--labels", default=None, help="comma-separated class names to store (classify_labels)"
+    )
+    args = parser.parse_args(argv)
+
+    model = zeroshot.from_pretrained(args.model)
+    labels = [label.strip() for label in args.labels.split(",")] if args.labels else None
+    path = export.saved_model(model, args.export_dir, class_names=labels, overwrite=True)
+    context = model.context_length
+    print(f"wrote {path} ({model.family}, {model.probabilities} scores, context {context} tokens)")
+    base = args.export_dir.rstrip("/").rsplit("/", 1)[0]
+    print(
+        f'serve it: docker run -p 8501:8501 -v "$PWD/{base}:/models/zeroshot" '
+        "-e MODEL_NAME=zeroshot tensorflow/serving"
+    )
+
+
+if __name__ == "__main__":
+    main()
