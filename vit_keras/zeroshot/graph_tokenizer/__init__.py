@@ -1,0 +1,170 @@
+"""The checkpoint's tokenizer as TensorFlow ops, so that a SavedModel takes strings (TF Serving, `tf.data`).
+
+`GraphTokenizer.from_tokenizer(tokenizer)` compiles the pipeline `Tokenizer` runs (the `tokenizers` pipeline it
+built, serialised: normaliser, pre-tokenizer, BPE or Unigram model, post-processor, the padding and truncation of
+`Tokenizer.__call__`) into core TensorFlow ops only (`tf.strings`, hash tables, while loops): no custom op library,
+so a TensorFlow process without vit_keras, and TF Serving, run it. `graph_tokenizer(texts)` gives the same
+`(token_ids, attention_mask)` as `tokenizer(texts)`, int32 (texts, context_length).
+
+What it covers: the normalisers Sequence, Lowercase, NFC, Replace, Strip, Prepend; the pre-tokenizers Sequence,
+Split, Metaspace, ByteLevel; BPE (merges, end-of-word suffix, byte fallback, unknown-token fusing, ignore_merges)
+and Unigram (Viterbi with the library's unknown-token penalty and tie order); TemplateProcessing, Roberta and Bert
+post-processors. That is every pipeline CLIP, SigLIP 2 and Gemma-style SigLIP tokenizers run. Anything else is
+refused when the graph is built, naming the part.
+
+Where core TensorFlow differs from the `tokenizers` library, it says so instead of answering differently:
+- Unicode NFC (CLIP): TensorFlow has no normaliser. Text that NFC leaves unchanged (what keyboards, browsers and
+  almost all text sources produce) gives the library's ids; a text that NFC could change (decomposed accents,
+  characters NFC replaces, combining marks out of canonical order) fails the call with an error that says to send
+  `unicodedata.normalize("NFC", text)`. The check is conservative: a rare NFC text can be refused, none is answered
+  wrongly.
+- Regular expressions: `tokenizers`' Oniguruma patterns run as RE2 with `\\w`, `\\s`, `\\d` translated to their
+  Unicode classes; lookaround and backreferences are refused when the graph is built.
+- A special token's literal text inside a text (`"<|endoftext|>"`) is tokenised as text; the library matches it
+  as the special token.
+
+Example:
+    >>> from vit_keras.zeroshot.tokenizer import Tokenizer
+    >>> tokenizer = Tokenizer.from_directory("tests/fixtures/zeroshot/clip/checkpoint", context_length=16,
+    ...                                      family="clip")
+    >>> graph = GraphTokenizer.from_tokenizer(tokenizer)
+    >>> ids, mask = graph(tf.constant(["a photo of a cat"]))
+    >>> bool((ids.numpy() == tokenizer(["a photo of a cat"])[0]).all())
+    True
+"""
+
+
+from __future__ import annotations
+
+import json
+
+import tensorflow as tf
+
+from vit_keras.zeroshot.graph_tokenizer.models import MODELS
+from vit_keras.zeroshot.graph_tokenizer.pipeline import Normalizer, PreTokenizer
+from vit_keras.zeroshot.graph_tokenizer.tensors import concat_rows
+from vit_keras.zeroshot.graph_tokenizer.unicode import (
+    MATCH,
+    SPLIT,
+    UnsupportedPipeline,
+    escape_members,
+    nfc_changes_patterns,
+    translate_regex,
+)
+
+__all__ = ["MAX_TEXT_LENGTH", "GraphTokenizer", "UnsupportedPipeline", "escape_members", "nfc_changes_patterns",
+           "translate_regex"]
+
+# Characters per text the graph tokenizes at most: many times any context (64-77 tokens, ~4 characters each in
+# English), and a bound on a request's cost (BPE over a text Gemma-style tokenizers do not pre-split grows with
+# the square of its length: 0.3 s at 2,048 characters, 4.4 s at 8,192 on a 2-core Xeon).
+MAX_TEXT_LENGTH = 2048
+
+
+def _special_tokens(spec, vocab_ids):
+    """(prefix ids, suffix ids) the post-processor puts around one sequence."""
+    if spec is None:
+        return [], []
+    kind = spec.get("type")
+    if kind == "Sequence":
+        found = [_special_tokens(part, vocab_ids) for part in spec["processors"] if part.get("type") != "ByteLevel"]
+        if len(found) > 1:
+            raise UnsupportedPipeline("a post-processor Sequence with more than one template")
+        return found[0] if found else ([], [])
+    if kind == "ByteLevel":
+        return [], []
+    if kind == "TemplateProcessing":
+        prefix, suffix, seen = [], [], False
+        specials = spec.get("special_tokens", {})
+        for item in spec["single"]:
+            if "Sequence" in item:
+                seen = True
+                continue
+            token = item["SpecialToken"]["id"]
+            ids = specials[token]["ids"] if token in specials else [vocab_ids[token]]
+            (suffix if seen else prefix).extend(ids)
+        return prefix, suffix
+    if kind in ("RobertaProcessing", "BertProcessing"):
+        return [spec["cls"][1]], [spec["sep"][1]]
+    raise UnsupportedPipeline(f"the post-processor {kind!r}")
+
+
+def _vocab_ids(spec) -> dict:
+    model = spec["model"]
+    vocab = model["vocab"]
+    ids = {piece: index for index, (piece, _) in enumerate(vocab)} if isinstance(vocab, list) else dict(vocab)
+    for added in spec.get("added_tokens") or []:
+        ids[added["content"]] = added["id"]
+    return ids
+
+
+class GraphTokenizer(tf.Module):
+    """`graph_tokenizer(texts)`: texts string (batch,) → `(token_ids, attention_mask)` int32 (batch, context_length),
+    as `Tokenizer.__call__` gives them (truncated to the context with the special tokens kept, padded with the pad
+    token on the tokenizer's side)."""
+
+    def __init__(self, spec: dict, *, context_length: int, pad_id: int, padding_side: str = "right",
+                 source: str = "the tokenizer", max_text_length: int = MAX_TEXT_LENGTH):
+        super().__init__(name="graph_tokenizer")
+        try:
+            model_spec = spec["model"]
+            kind = model_spec.get("type")
+            if kind not in MODELS:
+                raise UnsupportedPipeline(f"the model {kind!r}")
+            self._normalizer = Normalizer(spec.get("normalizer"))
+            self._pre_tokenizer = PreTokenizer(spec.get("pre_tokenizer"))
+            self._model = MODELS[kind](model_spec, source)
+            self.prefix, self.suffix = _special_tokens(spec.get("post_processor"), _vocab_ids(spec))
+        except UnsupportedPipeline as error:
+            raise UnsupportedPipeline(f"{source}: {error} has no TensorFlow form in vit_keras, so this tokenizer "
+                                      "cannot run inside a SavedModel; export with strings=False (the client "
+                                      "tokenizes with ZeroShotModel.tokenize) or with class_names.") from None
+        self.context_length, self.pad_id = int(context_length), int(pad_id)
+        self.max_text_length = int(max_text_length)
+        if self.max_text_length < 1:
+            raise ValueError(f"max_text_length must be a positive number of characters, got {max_text_length!r}.")
+        if padding_side not in ("left", "right"):
+            raise ValueError(f"{source}: padding_side {padding_side!r} is neither 'left' nor 'right'.")
+        self.padding_side = padding_side
+        if len(self.prefix) + len(self.suffix) >= self.context_length:
+            raise ValueError(f"{source}: the context of {self.context_length} tokens has no room for text after the "
+                             f"{len(self.prefix) + len(self.suffix)} special tokens.")
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer, max_text_length: int = MAX_TEXT_LENGTH) -> GraphTokenizer:
+        """The graph form of a `vit_keras.zeroshot.tokenizer.Tokenizer`."""
+        spec = json.loads(tokenizer.backend.to_str())
+        return cls(spec, context_length=tokenizer.context_length, pad_id=tokenizer.pad_id,
+                   padding_side=tokenizer.padding_side, source=tokenizer.source, max_text_length=max_text_length)
+
+    def __call__(self, texts):
+        texts = tf.convert_to_tensor(texts, tf.string)
+        marked = tf.strings.regex_full_match(texts, f"(?s).*[{SPLIT}{MATCH}].*")
+        long = tf.strings.length(texts, unit="UTF8_CHAR") > self.max_text_length
+        checks = [tf.debugging.Assert(tf.logical_not(tf.reduce_any(marked)), [
+            "A text holds the Unicode noncharacter U+FDD0 or U+FDD1, which the tokenizer graph reserves; remove it. "
+            "Texts (True = refused):", marked], summarize=64),
+                  tf.debugging.Assert(tf.logical_not(tf.reduce_any(long)), [
+            f"A text is longer than {self.max_text_length} characters, the limit this tokenizer graph was exported "
+            f"with (the model reads only its first {self.context_length} tokens); shorten it, or export with a "
+            "larger max_text_length. Texts (True = refused):", long], summarize=64)]
+        with tf.control_dependencies(checks):
+            texts = tf.identity(texts)
+        pieces = self._pre_tokenizer(self._normalizer(texts))
+        ids = pieces.with_values(self._model(pieces.values)).merge_dims(1, 2)
+        room = self.context_length - len(self.prefix) - len(self.suffix)
+        ids = ids[:, :room]
+        count = ids.nrows()
+        prefix = tf.tile(tf.constant([self.prefix], tf.int32), [count, 1])
+        suffix = tf.tile(tf.constant([self.suffix], tf.int32), [count, 1])
+        ids = concat_rows(prefix, tf.cast(ids, tf.int32), suffix)
+        lengths = tf.cast(ids.row_lengths(), tf.int32)
+        dense = ids.to_tensor(default_value=self.pad_id, shape=[None, self.context_length])
+        column = tf.range(self.context_length)
+        if self.padding_side == "left":
+            source = column[None, :] - tf.expand_dims(self.context_length - lengths, 1)
+            dense = tf.where(source >= 0, tf.gather(dense, tf.maximum(source, 0), batch_dims=1), self.pad_id)
+            mask = source >= 0
+        else:
+            mask = column[None, :] < tf.expand_dims(lengths, 1)
+        return dense, tf.cast(mask, tf.int32)
