@@ -19,7 +19,14 @@ from vit_keras.zeroshot.graph_tokenizer.unicode import (
 )
 
 
+def _regex(pattern: dict) -> str:
+    """A tokenizer.json pattern (`{"String": ...}` or `{"Regex": ...}`) as an RE2 regex."""
+    return literal(pattern["String"]) if "String" in pattern else translate_regex(pattern["Regex"])
+
+
 class Normalizer(tf.Module):
+    """A tokenizer.json `normalizer` as string ops: `normalizer(texts)`; refuses a part it has no form for."""
+
     def __init__(self, spec):
         super().__init__()
         self.steps, self.nfc = [], False
@@ -39,8 +46,7 @@ class Normalizer(tf.Module):
         elif kind == "NFC":
             self.nfc = True
         elif kind == "Replace":
-            pattern = spec["pattern"]
-            regex = literal(pattern["String"]) if "String" in pattern else translate_regex(pattern["Regex"])
+            regex = _regex(spec["pattern"])
             content = rewrite(spec["content"])
             self.steps.append(lambda text, regex=regex, content=content: tf.strings.regex_replace(text, regex, content))
         elif kind == "Strip":
@@ -113,6 +119,8 @@ def _byte_symbols():
 
 
 class PreTokenizer(tf.Module):
+    """A tokenizer.json `pre_tokenizer`: `pre_tokenizer(texts)` → ragged (texts, pieces), empty pieces dropped."""
+
     def __init__(self, spec):
         super().__init__()
         self.steps = []
@@ -127,8 +135,7 @@ class PreTokenizer(tf.Module):
             for part in spec["pretokenizers"]:
                 self._add(part)
         elif kind == "Split":
-            pattern = spec["pattern"]
-            regex = literal(pattern["String"]) if "String" in pattern else translate_regex(pattern["Regex"])
+            regex = _regex(spec["pattern"])
             self.steps.append(lambda pieces, regex=regex, spec=spec: _split(pieces, regex, spec["behavior"],
                                                                          spec.get("invert", False)))
         elif kind == "Metaspace":
