@@ -117,3 +117,30 @@ def test_transformer_block_without_qkv_bias_has_no_qkv_bias_variables():
     assert set(default.checkpoint_variables()) - names == {f"{attention}/{p}/bias" for p in ("query", "key", "value")}
     with pytest.raises(ValueError, match="qkv_bias"):
         layers.TransformerBlock(num_heads=3, mlp_dim=96, qkv_bias="no")
+
+
+def test_patch_encoder_takes_its_config_whole_and_old_keywords_and_saved_configs_through_one_translation():
+    from vit_keras.configs import PatchConfig, ViTConfig
+
+    config = ViTConfig(patch_size=8, hidden_size=48, num_heads=3, num_layers=1, image_size=32, distilled=True,
+                       num_register_tokens=2, patch_norm="rmsnorm", layer_norm_epsilon=1e-5)
+    encoder = layers.PatchEncoder(patch=config.patch)
+    assert encoder.patch == config.patch and encoder.num_prefix_tokens == config.num_prefix_tokens == 4
+    assert encoder.grid_size == (4, 4) and encoder.patch_size == 8
+    # The flat keywords of the layer on its own, and the flat layer config of a file saved by 0.1.0 (its older
+    # `classifier` and `norm_epsilon`), give the same config.
+    flat = dict(hidden_size=48, grid_size=[4, 4], patch_size=8, distilled=True, num_register_tokens=2,
+                patch_norm="rmsnorm", norm_epsilon=1e-5, classifier="token")
+    assert layers.PatchEncoder(**flat).patch == config.patch
+    assert layers.PatchEncoder.from_config({**flat, "name": "patch_encoder"}).patch == config.patch
+    assert layers.PatchEncoder.from_config(encoder.get_config()).patch == config.patch
+    assert PatchConfig.from_arguments({"hidden_size": 8, "grid_size": (2, 2), "classifier": "gap"}).class_token is False
+    with pytest.raises(TypeError, match="either as `patch=` or as keywords"):
+        layers.PatchEncoder(patch=config.patch, hidden_size=48)
+    with pytest.raises(TypeError, match=r"Unknown patch embedding arguments \['grid'\]"):
+        PatchConfig.from_arguments({"hidden_size": 48, "grid_size": (4, 4), "grid": (2, 2)})
+    # The config validates the fields, once: the layer's keywords reach the same checks.
+    with pytest.raises(ValueError, match="needs an even hidden_size"):
+        layers.PatchEncoder(9, (2, 2), position_embedding="learned_2d")
+    with pytest.raises(ValueError, match="needs an even hidden_size"):
+        ViTConfig(patch_size=8, hidden_size=9, num_heads=3, position_embedding="learned_2d")

@@ -105,6 +105,12 @@ def _check_rate(name, value):
     return float(value)
 
 
+def _check_epsilon(eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0.0 < eps < 1.0:
+        raise ValueError(f"`layer_norm_epsilon` must be a float in (0, 1), e.g. 1e-6, got {eps!r}.")
+    return float(eps)
+
+
 def check_hw(name, value):
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         value = (value, value)
@@ -166,10 +172,7 @@ class BlockConfig:
                                                            allow_zero=True))
         set_(self, "dropout_rate", _check_rate("dropout_rate", self.dropout_rate))
         set_(self, "attention_dropout_rate", _check_rate("attention_dropout_rate", self.attention_dropout_rate))
-        eps = self.layer_norm_epsilon
-        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0.0 < eps < 1.0:
-            raise ValueError(f"`layer_norm_epsilon` must be a float in (0, 1), e.g. 1e-6, got {eps!r}.")
-        set_(self, "layer_norm_epsilon", float(eps))
+        set_(self, "layer_norm_epsilon", _check_epsilon(self.layer_norm_epsilon))
         for field in ("layer_scale", "qkv_bias", "mlp_bias"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"`{field}` must be True or False, got {getattr(self, field)!r}.")
@@ -207,6 +210,112 @@ class BlockConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchConfig:
+    """The fields the patch embedding reads, which `vit_keras.layers.PatchEncoder` takes whole: the projection (its
+    width, patch size and bias, and a norm after it), the prefix tokens (class tokens, DeiT's distillation token,
+    registers), the position embeddings (their kind, the grid the table is stored at, how it is resampled to
+    another grid, whether the prefix tokens have rows in it) and the dropout after them. `ViTConfig.patch` is a
+    model's; the fields are validated here, once, for both.
+
+    Example:
+        >>> PatchConfig(hidden_size=48, grid_size=(4, 4), num_register_tokens=4).num_prefix_tokens
+        5
+        >>> PatchConfig(hidden_size=48, grid_size=(4, 4), class_token=False, distilled=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: `distilled=True` (a DeiT distillation token) needs class_token=True.
+    """
+
+    hidden_size: int
+    grid_size: tuple[int, int]
+    patch_size: int | None = None
+    patch_bias: bool = True
+    patch_norm: str | None = None
+    layer_norm_epsilon: float = 1e-6
+    class_token: bool = True
+    num_class_tokens: int = 1
+    distilled: bool = False
+    num_register_tokens: int = 0
+    position_embedding: str = "learned_1d"
+    no_embed_class: bool = False
+    pos_interpolation: str = "linear"
+    dropout_rate: float = 0.0
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        set_(self, "hidden_size", check_positive_int("hidden_size", self.hidden_size))
+        set_(self, "grid_size", check_hw("grid_size", self.grid_size))
+        set_(self, "patch_size", check_positive_int("patch_size", self.patch_size, allow_none=True))
+        for field in ("patch_bias", "class_token", "distilled", "no_embed_class"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"`{field}` must be True or False, got {getattr(self, field)!r}.")
+        if self.patch_norm is not None and self.patch_norm not in NORMS:
+            raise ValueError(f"`patch_norm` must be None or one of {NORMS}, got {self.patch_norm!r}.")
+        set_(self, "layer_norm_epsilon", _check_epsilon(self.layer_norm_epsilon))
+        set_(self, "num_register_tokens", check_positive_int(
+            "num_register_tokens", self.num_register_tokens, allow_zero=True))
+        if self.distilled and not self.class_token:
+            raise ValueError("`distilled=True` (a DeiT distillation token) needs class_token=True.")
+        set_(self, "num_class_tokens", check_positive_int("num_class_tokens", self.num_class_tokens))
+        if self.num_class_tokens != 1 and (not self.class_token or self.distilled):
+            raise ValueError(f"`num_class_tokens` {self.num_class_tokens} needs class_token=True and no distillation "
+                             "token; pass class_token=True, distilled=False, or num_class_tokens=1.")
+        if self.position_embedding not in POSITION_EMBEDDINGS:
+            raise ValueError(
+                f"`position_embedding` must be one of {POSITION_EMBEDDINGS}, got {self.position_embedding!r}."
+            )
+        if self.position_embedding == "learned_2d" and self.hidden_size % 2:
+            raise ValueError(f"position_embedding='learned_2d' needs an even hidden_size, got {self.hidden_size}.")
+        if self.num_prefix_tokens and self.position_embedding != "learned_1d" and self.no_embed_class:
+            raise ValueError("`no_embed_class` applies to position_embedding='learned_1d' only.")
+        if self.pos_interpolation not in POS_INTERPOLATIONS:
+            raise ValueError(
+                f"`pos_interpolation` must be one of {POS_INTERPOLATIONS}, got {self.pos_interpolation!r}."
+            )
+        if self.pos_interpolation in ARCHITECTURAL_POS_INTERPOLATIONS and (
+                self.position_embedding != "learned_1d" or not self.no_embed_class):
+            raise ValueError(f"pos_interpolation={self.pos_interpolation!r} resizes a learned table of patch "
+                             "positions only; it needs position_embedding='learned_1d' and no_embed_class=True.")
+        set_(self, "dropout_rate", _check_rate("dropout_rate", self.dropout_rate))
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens in front of the patches: class tokens, distillation, registers (in that order)."""
+        return prefix_token_count(self.class_token, self.num_class_tokens, self.distilled, self.num_register_tokens)
+
+    @property
+    def num_embedded_prefix_tokens(self) -> int:
+        """Prefix tokens that have a row in the position-embedding table."""
+        if self.no_embed_class or self.position_embedding != "learned_1d":
+            return 0
+        return self.num_prefix_tokens
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping) -> PatchConfig:
+        """A patch embedding's config from keyword arguments in either vocabulary: the layer's older names
+        (`norm_epsilon` for `layer_norm_epsilon`; `classifier`, in the layer configs of files saved by 0.1.0, whose
+        `"token"` means a class token: `translate_aliases`).
+
+        Example:
+            >>> PatchConfig.from_arguments({"hidden_size": 8, "grid_size": [2, 2], "classifier": "gap"}).class_token
+            False
+        """
+        fields = dict(arguments)
+        if "norm_epsilon" in fields:
+            fields["layer_norm_epsilon"] = fields.pop("norm_epsilon")
+        if "classifier" in fields:
+            fields["class_token"] = translate_aliases({"classifier": fields.pop("classifier")})["class_token"]
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(fields) - set(names))
+        if unknown:
+            raise TypeError(f"Unknown patch embedding arguments {unknown}; its fields are {names}.")
+        return cls(**fields)
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "grid_size": list(self.grid_size)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,8 +423,6 @@ class ViTConfig:
         set_ = object.__setattr__
         for field in ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers"):
             set_(self, field, check_positive_int(field, getattr(self, field)))
-        set_(self, "num_register_tokens", check_positive_int(
-            "num_register_tokens", self.num_register_tokens, allow_zero=True))
         for field in ("representation_size", "map_num_heads", "map_mlp_dim"):
             set_(self, field, check_positive_int(field, getattr(self, field), allow_none=True))
         set_(self, "dropout_rate", _check_rate("dropout_rate", self.dropout_rate))
@@ -323,9 +430,9 @@ class ViTConfig:
         if self.image_size is not None:
             set_(self, "image_size", check_hw("image_size", self.image_size))
         set_(self, "resnet", ResNetConfig.from_any(self.resnet))
-        # The block's own switches (layer_scale, qkv_bias, mlp_bias) are checked by `BlockConfig`.
-        for field in ("class_token", "distilled", "no_embed_class", "pre_norm", "patch_bias", "fc_norm",
-                      "final_norm"):
+        # The block's own switches (layer_scale, qkv_bias, mlp_bias) are checked by `BlockConfig`, the patch
+        # embedding's (class_token, distilled, no_embed_class, patch_bias) by `PatchConfig`.
+        for field in ("pre_norm", "fc_norm", "final_norm"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"`{field}` must be True or False, got {getattr(self, field)!r}.")
         if self.hidden_size % self.num_heads:
@@ -334,6 +441,8 @@ class ViTConfig:
                 f"`hidden_size` {self.hidden_size} is not divisible by `num_heads` {self.num_heads}; pick num_heads "
                 f"from {divisors} or change hidden_size."
             )
+        self._check_grid()
+        self._check_patch()
         self._check_parts()
         self._check_radio_parts()
         if self.global_pool not in POOLS:
@@ -346,27 +455,17 @@ class ViTConfig:
         if self.map_head != "big_vision" and self.global_pool != "map":
             raise ValueError(f"`map_head={self.map_head!r}` describes an attention-pooling head, but global_pool is "
                              f"{self.global_pool!r}; pass global_pool='map', or leave map_head at 'big_vision'.")
-        if self.position_embedding not in POSITION_EMBEDDINGS:
-            raise ValueError(
-                f"`position_embedding` must be one of {POSITION_EMBEDDINGS}, got {self.position_embedding!r}."
-            )
-        eps = self.layer_norm_epsilon
-        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0.0 < eps < 1.0:
-            raise ValueError(f"`layer_norm_epsilon` must be a float in (0, 1), e.g. 1e-6, got {eps!r}.")
-        set_(self, "layer_norm_epsilon", float(eps))
+        set_(self, "layer_norm_epsilon", _check_epsilon(self.layer_norm_epsilon))
         if self.global_pool == "token" and not self.class_token:
             raise ValueError("global_pool='token' needs a class token; use global_pool='avg' or 'map', or "
                              "class_token=True.")
-        if self.distilled and not self.class_token:
-            raise ValueError("`distilled=True` (a DeiT distillation token) needs class_token=True.")
         if self.distilled and self.global_pool != "token":
             raise ValueError("`distilled=True` reads the class and distillation tokens; use global_pool='token'.")
-        if self.num_prefix_tokens and self.position_embedding not in ("learned_1d",) and self.no_embed_class:
-            raise ValueError("`no_embed_class` applies to position_embedding='learned_1d' only.")
-        if self.pos_interpolation not in POS_INTERPOLATIONS:
-            raise ValueError(
-                f"`pos_interpolation` must be one of {POS_INTERPOLATIONS}, got {self.pos_interpolation!r}."
-            )
+
+    def _check_grid(self):
+        """The grid the position table is stored at (`pos_grid`: kept for a model of any size and for a table that
+        is part of the architecture), and image sides that the patches (and a hybrid's stem) divide."""
+        set_ = object.__setattr__
         stride = self.feature_stride * self.patch_size
         if self.image_size is None:
             grid = self.pos_grid if self.pos_grid is not None else (DEFAULT_IMAGE_SIZE // stride,) * 2
@@ -387,11 +486,16 @@ class ViTConfig:
                     f"Image {dim} {size} is not divisible by {what}; use {lower or upper} or {upper} instead."
                 )
 
+    def _check_patch(self):
+        """The patch embedding's fields, validated (and normalised) where its config is made: `PatchConfig`."""
+        patch = self.patch
+        for field in dataclasses.fields(PatchConfig):
+            if field.name != "grid_size":
+                object.__setattr__(self, field.name, getattr(patch, field.name))
+
     def _check_parts(self):
         set_ = object.__setattr__
         self.block  # noqa: B018 (the block's fields are validated where its config is made)
-        if self.patch_norm is not None and self.patch_norm not in NORMS:
-            raise ValueError(f"`patch_norm` must be None or one of {NORMS}, got {self.patch_norm!r}.")
         if self.rope_grid_indexing not in ROPE_GRID_INDEXING:
             raise ValueError(
                 f"`rope_grid_indexing` must be one of {ROPE_GRID_INDEXING}, got {self.rope_grid_indexing!r}.")
@@ -425,17 +529,9 @@ class ViTConfig:
 
     def _check_radio_parts(self):
         set_ = object.__setattr__
-        set_(self, "num_class_tokens", check_positive_int("num_class_tokens", self.num_class_tokens))
-        if self.num_class_tokens != 1 and (not self.class_token or self.distilled):
-            raise ValueError(f"`num_class_tokens` {self.num_class_tokens} needs class_token=True and no distillation "
-                             "token; pass class_token=True, distilled=False, or num_class_tokens=1.")
         if not self.final_norm and self.fc_norm:
             raise ValueError("`final_norm=False` means no norm after the blocks, neither over every token nor after "
                              "pooling (`fc_norm`); pass fc_norm=False, or final_norm=True.")
-        if self.pos_interpolation in ARCHITECTURAL_POS_INTERPOLATIONS and (
-                self.position_embedding != "learned_1d" or not self.no_embed_class):
-            raise ValueError(f"pos_interpolation={self.pos_interpolation!r} resizes a learned table of patch "
-                             "positions only; it needs position_embedding='learned_1d' and no_embed_class=True.")
         if self.input_normalization is not None:
             set_(self, "input_normalization", check_input_normalization(self.input_normalization))
 
@@ -456,6 +552,16 @@ class ViTConfig:
                               if field.name != "num_prefix_tokens"}, num_prefix_tokens=self.num_prefix_tokens)
 
     @property
+    def patch(self) -> PatchConfig:
+        """What the patch embedding reads (`vit_keras.layers.PatchEncoder` takes it whole).
+
+        Example:
+            >>> VARIANTS["B/16"].patch.grid_size, VARIANTS["B/16"].patch.num_embedded_prefix_tokens
+            ((14, 14), 1)
+        """
+        return PatchConfig(**{field.name: getattr(self, field.name) for field in dataclasses.fields(PatchConfig)})
+
+    @property
     def image_grid(self) -> tuple[int, int] | None:
         """The patch grid of the model's images (None for image_size=None); `grid_size` is the table's grid.
 
@@ -471,9 +577,7 @@ class ViTConfig:
     @property
     def num_embedded_prefix_tokens(self) -> int:
         """Prefix tokens that have a row in the position-embedding table."""
-        if self.no_embed_class or self.position_embedding != "learned_1d":
-            return 0
-        return self.num_prefix_tokens
+        return self.patch.num_embedded_prefix_tokens
 
     @property
     def feature_stride(self) -> int:

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import keras
 import numpy as np
 from keras import ops
 
-from vit_keras.configs import POSITION_EMBEDDINGS, prefix_token_count, translate_aliases
+from vit_keras.configs import PatchConfig
 from vit_keras.layers.checkpoint import CheckpointVariable, checkpoint_variables, nested, plain
 from vit_keras.layers.dtypes import SublayerPolicies
-from vit_keras.layers.interpolation import check_grid_interpolation, resample_grid
-from vit_keras.layers.norms import NORMS, norm_layer
+from vit_keras.layers.interpolation import resample_grid
+from vit_keras.layers.norms import norm_layer
 
 POS_EMBEDDING_NAME = "Transformer/posembed_input/pos_embedding"
+# The keywords a `PatchEncoder` takes as its patch embedding's fields: `PatchConfig`'s, and the older names.
+PATCH_ARGUMENTS = (*PatchConfig.__dataclass_fields__, "norm_epsilon", "classifier")
+
+
+def _patch_field(name: str, doc: str) -> property:
+    """A read-only view of one of the layer's `PatchConfig` fields, under the name other modules read."""
+    return property(lambda self: getattr(self.patch, name), doc=doc)
 
 
 def sincos_2d_position_embeddings(grid_size, hidden_size, temperature=10_000.0):
@@ -54,6 +63,10 @@ def _sincos_2d_grid(grid_size, hidden_size, temperature=10_000.0):
 class PatchEncoder(SublayerPolicies, keras.layers.Layer):
     """Project flattened patches to `hidden_size`, prepend the class token and add position embeddings.
 
+    The layer reads a `vit_keras.configs.PatchConfig`, which it takes whole (`patch=config.patch`, as `build_vit`
+    passes it) or builds from keywords (the layer on its own, and the flat configs of `.keras` files saved before,
+    older names included: `PatchConfig.from_arguments`); the config validated its fields.
+
     Weight names follow vit_jax: `embedding` (the patch projection, a Dense on row-major flattened
     patches), `cls` (1, 1, D) and `pos_embedding` (1, N + 1, D) for the paper's learned 1-D table.
     `position_embedding` selects the paper's App. D.4 ablation:
@@ -69,7 +82,7 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
     The family's prefix tokens follow the class token in timm's order: a DeiT distillation token (`dist`) and
     `num_register_tokens` registers (`reg`). `no_embed_class=True` gives the learned 1-D table rows for the patches
     only and joins the prefix tokens after the addition (DINOv2 with registers, big_vision). `patch_norm`
-    (`"layernorm"` or `"rmsnorm"`, with `norm_epsilon`) normalises each projected patch before the position
+    (`"layernorm"` or `"rmsnorm"`, with `layer_norm_epsilon`) normalises each projected patch before the position
     embeddings are added (AIMv2), declared as `patch_norm`. `architecture` is read from files saved by
     0.1.0, which kept the whole model's config here (today's models carry it themselves). `num_class_tokens` > 1 gives
     `cls` the shape (1, n, D) (RADIO's class tokens, in front of the registers).
@@ -85,73 +98,45 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         (2, 17, 64)
         >>> tuple(encoder(keras.ops.zeros((2, 3, 5, 48))).shape)
         (2, 16, 64)
+        >>> from vit_keras.configs import VARIANTS
+        >>> PatchEncoder(patch=VARIANTS["Ti/16"].replace(image_size=64).patch).num_patches
+        16
     """
 
-    def __init__(
-        self,
-        hidden_size: int,
-        grid_size,
-        class_token: bool = True,
-        position_embedding: str = "learned_1d",
-        dropout_rate: float = 0.0,
-        patch_size: int | None = None,
-        distilled: bool = False,
-        num_register_tokens: int = 0,
-        no_embed_class: bool = False,
-        patch_bias: bool = True,
-        architecture: dict | None = None,
-        pos_interpolation: str = "linear",
-        patch_norm: str | None = None,
-        norm_epsilon: float = 1e-6,
-        num_class_tokens: int = 1,
-        **kwargs,
-    ):
-        if "classifier" in kwargs:  # the older name, in the layer configs of files saved by 0.1.0
-            class_token = translate_aliases({"classifier": kwargs.pop("classifier")})["class_token"]
+    hidden_size = _patch_field("hidden_size", "The token width.")
+    grid_size = _patch_field("grid_size", "The patch grid the position table is stored at.")
+    patch_size = _patch_field("patch_size", "Pixels per patch side (None: read off the projection's kernel).")
+    class_token = _patch_field("class_token", "Whether a learned class token leads the tokens.")
+    position_embedding = _patch_field("position_embedding", "The kind of position embeddings.")
+    pos_interpolation = _patch_field("pos_interpolation", "How the stored table is resampled to another grid.")
+    num_prefix_tokens = _patch_field("num_prefix_tokens", "Class, distillation and register tokens.")
+    num_embedded_prefix_tokens = _patch_field("num_embedded_prefix_tokens",
+                                              "Prefix tokens with a row in the learned 1-D table.")
+
+    def __init__(self, hidden_size: int | None = None, grid_size=None, *, patch: PatchConfig | None = None,
+                 architecture: dict | None = None, **kwargs):
+        fields = {name: kwargs.pop(name) for name in list(kwargs) if name in PATCH_ARGUMENTS}
+        if hidden_size is not None:
+            fields["hidden_size"] = hidden_size
+        if grid_size is not None:
+            fields["grid_size"] = grid_size
         super().__init__(**kwargs)
-        if patch_norm is not None and patch_norm not in NORMS:
-            raise ValueError(f"`patch_norm` must be None or one of {NORMS}, got {patch_norm!r}.")
-        if position_embedding not in POSITION_EMBEDDINGS:
-            raise ValueError(
-                f"`position_embedding` must be one of {POSITION_EMBEDDINGS}, got {position_embedding!r}."
-            )
-        if position_embedding == "learned_2d" and hidden_size % 2:
-            raise ValueError(
-                f"position_embedding='learned_2d' needs an even hidden_size, got {hidden_size}."
-            )
-        self.hidden_size = int(hidden_size)
-        self.grid_size = tuple(int(g) for g in grid_size)
-        self.class_token = bool(class_token)
-        self.position_embedding = position_embedding
-        self.dropout_rate = float(dropout_rate)
-        self.patch_size = None if patch_size is None else int(patch_size)
-        self.distilled = bool(distilled)
-        self.num_register_tokens = int(num_register_tokens)
-        self.no_embed_class = bool(no_embed_class)
-        self.patch_bias = bool(patch_bias)
+        if isinstance(patch, Mapping):  # a config saved by `get_config`
+            patch = PatchConfig(**patch)
+        if patch is not None and fields:
+            raise TypeError(f"Pass the patch embedding's fields either as `patch=` or as keywords, not both (got "
+                            f"{sorted(fields)} beside patch=).")
+        self.patch = patch if patch is not None else PatchConfig.from_arguments(fields)
+        # Read from files saved by 0.1.0, which kept the whole model's config here.
         self.architecture = None if architecture is None else dict(architecture)
-        self.pos_interpolation = check_grid_interpolation(pos_interpolation)
-        self.num_class_tokens = int(num_class_tokens)
-        if self.distilled and not self.class_token:
-            raise ValueError("A distillation token needs the class token (class_token=True).")
-        if self.num_class_tokens < 1 or (self.num_class_tokens > 1 and not self.class_token):
-            raise ValueError(f"`num_class_tokens` must be 1, or more with class_token=True, got "
-                             f"{num_class_tokens!r}.")
-        self.num_prefix_tokens = prefix_token_count(self.class_token, self.num_class_tokens, self.distilled,
-                                                    self.num_register_tokens)
-        self.num_embedded_prefix_tokens = (
-            0 if self.no_embed_class or position_embedding != "learned_1d" else self.num_prefix_tokens
-        )
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.embedding = keras.layers.Dense(
-            self.hidden_size, kernel_initializer="lecun_normal", use_bias=self.patch_bias, dtype=self.dtype_policy,
-            name="embedding",
+            self.hidden_size, kernel_initializer="lecun_normal", use_bias=self.patch.patch_bias,
+            dtype=self.dtype_policy, name="embedding",
         )
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy, name="dropout")
-        self.patch_norm_kind = patch_norm
-        self.norm_epsilon = float(norm_epsilon)
-        self.patch_norm = None if patch_norm is None else norm_layer(
-            patch_norm, self.norm_epsilon, dtype=self.dtype_policy, name="patch_norm")
+        self.dropout = keras.layers.Dropout(self.patch.dropout_rate, dtype=self.dtype_policy, name="dropout")
+        self.patch_norm = None if self.patch.patch_norm is None else norm_layer(
+            self.patch.patch_norm, self.patch.layer_norm_epsilon, dtype=self.dtype_policy, name="patch_norm")
         self._fixed_table = None
 
     def build(self, input_shape):
@@ -167,12 +152,12 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         if self.patch_norm is not None:
             self.patch_norm.build((*input_shape[:-1], self.hidden_size))
         if self.class_token:
-            self.cls = self.add_weight(name="cls", shape=(1, self.num_class_tokens, self.hidden_size),
+            self.cls = self.add_weight(name="cls", shape=(1, self.patch.num_class_tokens, self.hidden_size),
                                        initializer="zeros")
-        if self.distilled:
+        if self.patch.distilled:
             self.dist = self.add_weight(name="dist", shape=(1, 1, self.hidden_size), initializer="zeros")
-        if self.num_register_tokens:
-            self.reg = self.add_weight(name="reg", shape=(1, self.num_register_tokens, self.hidden_size),
+        if self.patch.num_register_tokens:
+            self.reg = self.add_weight(name="reg", shape=(1, self.patch.num_register_tokens, self.hidden_size),
                                        initializer="zeros")
         pos_init = keras.initializers.RandomNormal(stddev=0.02)
         if self.position_embedding == "learned_1d":
@@ -245,8 +230,8 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         """The prefix tokens (class, distillation, registers), with their position rows when the table has them,
         in front of the embedded patch tokens `x` `(batch, N, D)`."""
         prefix = [self.cls] if self.class_token else []
-        prefix += [self.dist] if self.distilled else []
-        prefix += [self.reg] if self.num_register_tokens else []
+        prefix += [self.dist] if self.patch.distilled else []
+        prefix += [self.reg] if self.patch.num_register_tokens else []
         if not prefix:
             return x
         tokens = ops.concatenate([ops.cast(t, x.dtype) for t in prefix], axis=1)
@@ -269,8 +254,8 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         if pos_patches is not None:
             x = x + ops.cast(pos_patches, x.dtype)
         prefix = [self.cls] if self.class_token else []
-        prefix += [self.dist] if self.distilled else []
-        prefix += [self.reg] if self.num_register_tokens else []
+        prefix += [self.dist] if self.patch.distilled else []
+        prefix += [self.reg] if self.patch.num_register_tokens else []
         if prefix:
             batch = ops.shape(x)[0]
             tokens = [ops.broadcast_to(ops.cast(t, x.dtype), (batch, t.shape[1], self.hidden_size)) for t in prefix]
@@ -288,15 +273,15 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         out = {"embedding/kernel": CheckpointVariable(
             kernel, (p, p, channels, kernel.shape[1]), lambda a, shape=tuple(kernel.shape): a.reshape(shape),
             lambda a, shape=(p, p, channels, kernel.shape[1]): a.reshape(shape))}
-        if self.patch_bias:
+        if self.patch.patch_bias:
             out["embedding/bias"] = embedding["bias"]
         if self.patch_norm is not None:
             out.update(nested("patch_norm", self.patch_norm))
         if self.class_token:
             out["cls"] = plain(self.cls)
-        if self.distilled:
+        if self.patch.distilled:
             out["dist"] = plain(self.dist)
-        if self.num_register_tokens:
+        if self.patch.num_register_tokens:
             out["reg"] = plain(self.reg)
         if self.position_embedding == "learned_1d":
             out[POS_EMBEDDING_NAME] = plain(self.pos_embedding)
@@ -315,21 +300,4 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
         return (input_shape[0], self.num_prefix_tokens + self.num_patches, self.hidden_size)
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "hidden_size": self.hidden_size,
-            "grid_size": list(self.grid_size),
-            "class_token": self.class_token,
-            "position_embedding": self.position_embedding,
-            "dropout_rate": self.dropout_rate,
-            "patch_size": self.patch_size,
-            "distilled": self.distilled,
-            "num_register_tokens": self.num_register_tokens,
-            "no_embed_class": self.no_embed_class,
-            "patch_bias": self.patch_bias,
-            "architecture": self.architecture,
-            "pos_interpolation": self.pos_interpolation,
-            "patch_norm": self.patch_norm_kind,
-            "norm_epsilon": self.norm_epsilon,
-            "num_class_tokens": self.num_class_tokens,
-        }
+        return {**super().get_config(), "patch": self.patch.to_dict(), "architecture": self.architecture}

@@ -290,25 +290,9 @@ def _head(config: ViTConfig, x, tokens, classes, classifier_activation, dtype):
 
 
 def _encoder_arguments(config: ViTConfig, dtype) -> dict:
-    """The `patch_encoder` layer's arguments (`PatchEncoder`, or `FlexiblePatchEncoder` for a NaFlex model)."""
-    return dict(
-        hidden_size=config.hidden_size,
-        grid_size=config.grid_size,
-        class_token=config.class_token,
-        position_embedding=config.position_embedding,
-        dropout_rate=config.dropout_rate,
-        patch_size=config.patch_size,
-        distilled=config.distilled,
-        num_register_tokens=config.num_register_tokens,
-        no_embed_class=config.no_embed_class,
-        patch_bias=config.patch_bias,
-        pos_interpolation=config.pos_interpolation,
-        patch_norm=config.patch_norm,
-        norm_epsilon=config.layer_norm_epsilon,
-        num_class_tokens=config.num_class_tokens,
-        dtype=dtype,
-        name="patch_encoder",
-    )
+    """The `patch_encoder` layer's arguments (`PatchEncoder`, or `FlexiblePatchEncoder` for a NaFlex model): its
+    `PatchConfig`, whole."""
+    return dict(patch=config.patch, dtype=dtype, name="patch_encoder")
 
 
 def _image_stem(config: ViTConfig, input_tensor, input_size, channels, include_preprocessing, normalization, dtype):
