@@ -1,5 +1,44 @@
 """`ViT()` and the paper's named variants (`ViTB16`, ...) as keras.applications-style functional models, and
-ImageNet's class names for their predictions."""
+ImageNet's class names for their predictions.
+
+The keras.applications arguments, as `ViT()` and every named variant take them:
+
+- `include_top`: whether to add the classification head; `classes`: its number of classes;
+  `classifier_activation`: its activation (None for logits), run in float32.
+- `include_preprocessing`: True: the model takes RGB in [0, 255] (normalised to [-1, 1], or with the mean/std a
+  timm checkpoint directory's `pretrained_cfg` gives); False: it takes the normalised images.
+- `weights`: None; a registered name such as "imagenet21k", "imagenet21k+imagenet2012" or "imagenet" (see
+  `vit_keras.list_weights()`, for the variant the model matches); a Google `.npz`, timm `.safetensors`, Hugging
+  Face directory or `.weights.h5` path; or an http(s)/file URL. Position embeddings are resampled to the model's
+  grid; a `classes` other than the checkpoint's gives a fresh zero-initialised head (with a warning);
+  `include_top=False` drops the head. For whatever architecture a checkpoint describes, use
+  `vit_keras.from_pretrained`.
+- `input_shape`: (height, width, channels); `(None, None, 3)` is any size. Always channels-last, whatever
+  `keras.config.image_data_format()` says (every layer inside is pinned to channels-last); a channels-first shape
+  such as (3, 224, 224) raises a `ValueError` that says how to transpose.
+- `input_tensor`: a Keras tensor to use as the model's input; the model starts at its source inputs
+  (`keras.utils.get_source_inputs`), so layers before it are part of the model.
+- `pooling`: with `include_top=False` only: None (the token sequence), `"token"`, `"avg"`, `"max"` or `"map"`
+  (the architecture's attention-pooling head).
+- `name`: the model's name.
+
+The architecture keywords of `ViT()` are the fields of `vit_keras.configs.ViTConfig` (`ViT(**kw)` builds
+`ViTConfig(**kw)`; `vit_keras.configs.config_fields()` lists them), among them: `patch_size` (on the ResNet feature
+map for hybrids); `hidden_size`, `num_layers`, `num_heads`, `mlp_dim` (the width D, depth L, heads and MLP width M);
+`global_pool` (`"token"`, `"avg"` or `"map"`) and `class_token`; `representation_size` (the tanh "pre_logits"
+layer of the ImageNet-21k checkpoints; left out, the checkpoint's when the model keeps the checkpoint's own head;
+None: no such layer); `resnet` (None, or `{"num_layers": [3, 4, 9], "width_factor": 1}` for an R+ViT hybrid);
+`layer_norm_epsilon` and `activation` ("gelu_tanh", "gelu", "quick_gelu"; None: what the weights were trained
+with, else 1e-6 and Google's tanh GELU); `dropout_rate`, `attention_dropout_rate`; `position_embedding`
+(`"learned_1d"`, the paper's, `"learned_2d"`, `"sincos_2d"` or `"none"`); `layer_scale`, `num_register_tokens`,
+`no_embed_class`, `pre_norm`, `fc_norm`, `distilled`, `qkv_bias`, `patch_bias`; for a model of any size `pos_grid`
+(the stored grid; default the checkpoint's, or 224 / stride) and `pos_interpolation` ("linear", "bicubic",
+"bicubic_antialias"; default `interpolation`, antialiased for timm weights; RADIO's "bilinear_crop", also with a
+fixed size: its table is part of the architecture, kept at `pos_grid` and resampled in the graph); RADIO's
+`num_class_tokens`, `final_norm`, `input_normalization`. `classifier` (`"token"`, `"gap"`, `"map"`) and
+`gelu_approximate` are accepted as the older names of `global_pool` / `class_token` and `activation`
+(`vit_keras.configs.translate_aliases`). Any other keyword is refused with the list of fields.
+"""
 
 from __future__ import annotations
 
@@ -40,98 +79,37 @@ def ViT(
     flexible=False,
     **architecture,
 ):
-    """Build a Vision Transformer (Dosovitskiy et al., 2020) as a Keras functional model.
+    """Build a Vision Transformer (Dosovitskiy et al., 2020) as a Keras functional model whose input is named
+    `"images"`. The keras.applications arguments (`include_top`, `weights`, ...) and the architecture keywords
+    (`**architecture`: the `ViTConfig` fields) are described in this module's docstring.
 
     Args:
         image_size: int or (height, width); defaults to `input_shape`'s or 224. None: any size whose sides are
-            multiples of the patch size (of the ResNet stride x patch size for hybrids), given at call time;
-            the position embeddings are stored at `pos_grid` (a checkpoint's own grid, or the 224x224 grid) and
-            resampled inside the graph with the same interpolation as `interpolation` at load time.
-        patch_size: side of the square patches (on the ResNet feature map for hybrids).
-        hidden_size, num_layers, num_heads, mlp_dim: the Transformer's width D, depth L, heads and
-            MLP width M.
-        classifier: `"token"` (class token), `"gap"` (mean of the patch tokens, no class token) or `"map"`
-            (attention pooling, no class token).
-        representation_size: width of the tanh "pre_logits" layer of the ImageNet-21k checkpoints. Left out, it is
-            the checkpoint's when the model keeps the checkpoint's own head (include_top, same classes); None: no
-            such layer.
-        resnet: None, or `{"num_layers": [3, 4, 9], "width_factor": 1}` for an R+ViT hybrid.
-        layer_norm_epsilon: None means what the weights were trained with (1e-6 without weights).
-        gelu_approximate: None means what the weights were trained with (tanh GELU without weights,
-            like Google's checkpoints); False is the exact erf GELU of timm and Hugging Face.
-        dropout_rate, attention_dropout_rate: dropout after the position embeddings, attention and
-            MLP; dropout on the attention weights.
-        include_top: whether to add the classification head.
-        include_preprocessing: True: the model takes RGB in [0, 255] (normalised to [-1, 1], or with the mean/std
-            a timm checkpoint directory's `pretrained_cfg` gives); False: it takes the normalised images.
-        weights: None; a registered name such as "imagenet21k", "imagenet21k+imagenet2012" or "imagenet" (see
-            `vit_keras.list_weights()`, for the variant this model matches); a Google `.npz`, timm
-            `.safetensors`, Hugging Face directory or `.weights.h5` path; or an http(s)/file URL. Position
-            embeddings are resampled to this model's grid; a `classes` different from the checkpoint's gives a
-            fresh zero-initialised head (with a warning); `include_top=False` drops the head. To get whatever
-            architecture a checkpoint describes, use `vit_keras.from_pretrained`.
-        input_shape: (height, width, channels), as in keras.applications; `(None, None, 3)` is any size. Always
-            channels-last, whatever `keras.config.image_data_format()` says (every layer inside is pinned to
-            channels-last); a channels-first shape such as (3, 224, 224) raises a `ValueError` that says how to
-            transpose.
-        input_tensor: a Keras tensor to use as the model's input; as in keras.applications, the model starts at
-            its source inputs (`keras.utils.get_source_inputs`), so layers before it are part of the model.
-        pooling: with `include_top=False` only: None (the token sequence), `"token"`, `"avg"`, `"max"` or
-            `"map"` (the architecture's attention-pooling head).
-        classes: number of classes of the head.
-        classifier_activation: activation of the head (None for logits); runs in float32.
-        name: the model's name.
-        position_embedding: `"learned_1d"` (the paper's), `"learned_2d"`, `"sincos_2d"` or `"none"`.
-        interpolation: how `weights`' position embeddings are resampled when their grid differs from this
-            model's: `"linear"` (vit_jax's `interpolate_posembed`: corner-aligned bilinear, the default) or
-            `"bicubic"` (the checkpoint's own library's bicubic). Same as `vit_keras.load_weights`'s.
-        source_grid: the checkpoint's stored patch grid as (rows, cols), needed only when it is not square
-            (a token count alone cannot tell 4x16 from 8x8); None reads it off the checkpoint.
-        dtype: None (the global policy), a policy name such as `"mixed_bfloat16"`, a `keras.DTypePolicy`, or a
-            `keras.dtype_policies.DTypePolicyMap` keyed by layer path, as keras-hub takes it: the layers the map
-            names as quantized (`"patch_encoder/embedding": "int8_from_float32"`, as
-            `vit_keras.layers.dtypes.policy_map(quantized_model)` returns) are built with their quantized variables,
-            ready for `load_weights` of a quantized model's `.weights.h5`. Float checkpoints (`weights=`) load only
-            into a float model: load, then `model.quantize(...)`.
-        head_tokens_only: run the last Transformer block for the tokens the head reads only (the class token, and
-            DeiT's distillation token), attending to every token as before. Same outputs (to float rounding) with
-            about 7% fewer FLOPs for ViT-B/16 at 224, in inference and training; the last block's layer output is
-            then `(batch, 1, D)` instead of every token, so leave it off to read patch features or attention maps of
-            the last block. Needs `classifier="token"` with the head, or `pooling="token"` without it.
-        flexible: a native-aspect-ratio ("NaFlex", SigLIP 2) model: its input is a dict of `patches` (batch, N,
-            P·P·C), `grid` (batch, 2) int32 and `mask` (batch, N) for a batch of images of different sizes, each cut
-            into its own grid of patches and padded (`vit_keras.images.naflex_patches`,
-            `vit_keras.naflex_data.naflex_map`); the position embeddings are stored at `pos_grid` and resized to each
-            image's grid with `pos_interpolation` (RADIO's `bilinear_crop`: to a square of its longer side, then
-            cropped), a RoPE model's tables are computed from each image's own grid, and the padding is masked out of
-            attention and pooling (AIMv2's head included). Not for hybrids (their ResNet stem needs whole images).
-        **architecture: the fields of `vit_keras.configs.ViTConfig` (`ViT(**kw)` builds `ViTConfig(**kw)`;
-            `vit_keras.configs.config_fields()` lists them), e.g. `layer_scale`, `num_register_tokens`,
-            `no_embed_class`, `pre_norm`, `fc_norm`, `distilled`, `qkv_bias`, `patch_bias`, `global_pool`,
-            `class_token`, `activation` ("gelu_tanh", "gelu", "quick_gelu"; overrides `gelu_approximate`); for a
-            model of any size, `pos_grid` (the stored grid; default the checkpoint's, or 224 / stride) and
-            `pos_interpolation` ("linear", "bicubic", "bicubic_antialias"; default `interpolation`, antialiased
-            for timm weights; "bilinear_crop", RADIO's, also with a fixed size: its table is part of the
-            architecture, kept at `pos_grid` and resampled in the graph). RADIO's other fields: `num_class_tokens`,
-            `final_norm`, `input_normalization`. `classifier` and `gelu_approximate` are accepted as the older names of
-            `global_pool` / `class_token` and `activation` (`vit_keras.configs.translate_aliases`). Any other
-            keyword is refused with the list of fields.
-
-    Returns:
-        A `keras.Model` whose input is named `"images"`.
+            multiples of the patch size (of the ResNet stride x patch size for hybrids); the position embeddings
+            are stored at `pos_grid` and resampled in the graph as `interpolation` resamples them at load time.
+        interpolation: how `weights`' position embeddings are resampled to this model's grid: `"linear"`
+            (vit_jax's corner-aligned bilinear) or `"bicubic"` (the checkpoint library's), as `load_weights`.
+        source_grid: the checkpoint's stored (rows, cols) grid when it is not square; None reads it off.
+        dtype: None (the global policy), a policy name (`"mixed_bfloat16"`), a `keras.DTypePolicy`, or a
+            `DTypePolicyMap` by layer path: layers it names as quantized are built quantized, ready for a quantized
+            model's `.weights.h5` (`vit_keras.layers.dtypes.policy_map`). Float checkpoints load into a float
+            model only: load, then `model.quantize(...)`.
+        head_tokens_only: the last block computes only the tokens the head reads (class, distillation): the same
+            outputs, ~7% fewer FLOPs for ViT-B/16, the last block's output `(batch, 1, D)`. Needs `"token"` pooling.
+        flexible: a native-aspect-ratio ("NaFlex") model: its input is a dict of `patches` (batch, N, P·P·C), `grid`
+            (batch, 2) int32 and `mask` (batch, N) (`vit_keras.images.naflex_patches`); the table is resized to each
+            image's grid with `pos_interpolation`, RoPE tables follow it, and padding is masked out. Not for hybrids.
 
     Example:
-        >>> model = ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
-        ...             mlp_dim=96, classes=10)
-        >>> model.output_shape
+        >>> ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96,
+        ...     classes=10).output_shape
         (None, 10)
         >>> any_size = ViT(image_size=None, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
         >>> any_size(np.zeros((1, 40, 64, 3), np.float32)).shape
         TensorShape([1, 1000])
-        >>> model = ViT(image_size=(64, 128), patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96,
-        ...             classes=7, weights="tests/fixtures/vitjax_token_raw/checkpoint.npz",  # trained at 64x64
-        ...             interpolation="bicubic")  # its 8x8 position grid resampled to 8x16
-        >>> model.output_shape
+        >>> ViT(image_size=(64, 128), patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96, classes=7,
+        ...     weights="tests/fixtures/vitjax_token_raw/checkpoint.npz",  # 8x8 position grid resampled to 8x16
+        ...     interpolation="bicubic").output_shape
         (None, 7)
     """
     architecture = check_architecture_arguments(architecture)
@@ -162,9 +140,6 @@ def ViT(
         input_size=(height, width) if any_size and not flexible else None,
         dtype=dtype, head_tokens_only=head_tokens_only, headless_representation=False, flexible=flexible,
     )
-
-
-# Numerics a caller may leave open (None): they follow the checkpoint, or take the ViTConfig default without one.
 
 
 def _check_quantized_weights(weights, dtype) -> None:
