@@ -38,7 +38,10 @@ POOL = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") *
 EDGE_TEXTS = ["", " ", "a", "Hello,   World!! 123 4567", "it's they're we've I'm you'll he'd", "ΟΔΟΣ Σ σ",
               "İstanbul", "tab\tand\nnewline", "  leading and trailing  ", "a" * 200, "photo of a cat " * 20,
               "x-ray: 50% off; (maybe) [yes] {no} <tag> #hash", "ﬁve ligature", "Ⓐ circled", "under_score",
-              "''quoted''", "Straße", "\u00a0nbsp\u2003em", "two  spaces   three    four"]
+              "''quoted''", "Straße", "\u00a0nbsp\u2003em", "two  spaces   three    four",
+              # the checkpoints' special tokens written in a text: the library cuts them out as those tokens
+              "<|startoftext|>a photo<|endoftext|> of", "x </s> y <pad><unk>", "<bos>hi<eos> <mask>",
+              "</s>", "  <|endoftext|>  "]
 
 
 def random_texts(count, seed=0):
@@ -143,6 +146,29 @@ def test_held_out_pipelines_give_the_librarys_ids(name):
     backend, side = _pipelines()[name]
     tokenizer = Tokenizer(backend, context_length=24, pad_token="<pad>", padding_side=side, source=name)
     assert_same(tokenizer, CORPUS[:8] + EDGE_TEXTS + random_texts(150, seed=1))
+
+
+def test_added_tokens_are_cut_out_as_the_library_does():
+    # A token matched on the raw text, one matched after the normaliser (upper case in a text still matches it after
+    # lowercasing), both with Metaspace's "first" scheme, which prepends only where the text begins.
+    n, p, m, t = tokenizers.normalizers, tokenizers.pre_tokenizers, tokenizers.models, tokenizers.trainers
+    backend = _trained(m.Unigram(), t.UnigramTrainer(vocab_size=100, special_tokens=["<pad>", "<unk>"],
+                                                     unk_token="<unk>"), n.Lowercase(),
+                       p.Metaspace(prepend_scheme="first"))
+    backend.add_special_tokens([tokenizers.AddedToken("[IMG]", normalized=False)])
+    backend.add_tokens([tokenizers.AddedToken("red car", normalized=True)])
+    tokenizer = Tokenizer(backend, context_length=32, pad_token="<pad>", source="added")
+    assert_same(tokenizer, ["[IMG] a photo", "a [IMG][IMG]photo", "A RED CAR here", "red car", "x red carred car",
+                            "[img] is text", "", "[IMG]"] + CORPUS[:4])
+
+
+def test_an_added_token_with_matching_rules_is_refused_in_a_text():
+    backend = tokenizers.Tokenizer.from_str(_clip().backend.to_str())
+    backend.add_special_tokens([tokenizers.AddedToken("<mask>", lstrip=True)])
+    graph = GraphTokenizer.from_tokenizer(Tokenizer(backend, context_length=16, pad_token="<|endoftext|>"))
+    graph(tf.constant(["a photo of a cat"]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="lstrip, rstrip, single_word"):
+        graph(tf.constant(["a photo of a <mask>"]))
 
 
 @pytest.mark.parametrize("kind", ["bpe", "unigram"])

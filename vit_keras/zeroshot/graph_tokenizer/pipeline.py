@@ -136,8 +136,8 @@ class PreTokenizer(tf.Module):
                 self._add(part)
         elif kind == "Split":
             regex = _regex(spec["pattern"])
-            self.steps.append(lambda pieces, regex=regex, spec=spec: _split(pieces, regex, spec["behavior"],
-                                                                         spec.get("invert", False)))
+            self.steps.append(lambda pieces, first, regex=regex, spec=spec: _split(
+                pieces, regex, spec["behavior"], spec.get("invert", False)))
         elif kind == "Metaspace":
             self.steps.append(self._metaspace(spec))
         elif kind == "ByteLevel":
@@ -152,12 +152,14 @@ class PreTokenizer(tf.Module):
         if scheme not in ("always", "first", "never"):
             raise UnsupportedPipeline(f"the Metaspace prepend_scheme {scheme!r}")
 
-        def metaspace(pieces):
+        def metaspace(pieces, first):
             pieces = each(tf.strings.regex_replace, pieces, " ", rewrite(replacement))
             if scheme != "never":  # one sequence per text: "first" prepends to the text's first piece only
                 starts = each(tf.strings.regex_full_match, pieces, f"(?s){literal(replacement)}.*")
-                if scheme == "first":
-                    starts = tf.logical_or(starts, tf.ragged.range(pieces.row_lengths()) > 0)
+                if scheme == "first":  # only a text's first piece, and only where the text begins
+                    later = tf.ragged.range(pieces.row_lengths()) > 0
+                    not_first = tf.logical_not(tf.gather(first, pieces.value_rowids()))
+                    starts = starts.with_flat_values(starts.flat_values | later.flat_values | not_first)
                 prefixed = each(lambda values: tf.strings.join([replacement, values]), pieces)
                 pieces = each(tf.where, starts, pieces, prefixed)
             if spec.get("split", True):
@@ -174,7 +176,7 @@ class PreTokenizer(tf.Module):
         prefix, use_regex = spec.get("add_prefix_space", False), spec.get("use_regex", True)
         gpt2, gpt2_run = translate_regex(_GPT2), translate_regex(_GPT2_RUN)
 
-        def byte_level(pieces):
+        def byte_level(pieces, first):
             if prefix:
                 needs = tf.logical_not(each(tf.strings.regex_full_match, pieces, "(?s) .*"))
                 pieces = each(tf.where, needs, each(lambda values: tf.strings.join([" ", values]), pieces), pieces)
@@ -187,9 +189,11 @@ class PreTokenizer(tf.Module):
 
         return byte_level
 
-    def __call__(self, texts):
+    def __call__(self, texts, first=None):
+        """`first`: per text, whether it begins the original text (Metaspace's "first" scheme; default all)."""
+        first = tf.ones_like(texts, tf.bool) if first is None else first
         pieces = tf.RaggedTensor.from_tensor(tf.expand_dims(texts, 1))
         pieces = tf.ragged.boolean_mask(pieces, each(tf.strings.length, pieces) > 0)  # the library skips them
         for step in self.steps:
-            pieces = step(pieces)
+            pieces = step(pieces, first)
         return tf.ragged.boolean_mask(pieces, each(tf.strings.length, pieces) > 0)
