@@ -144,3 +144,14 @@ def test_patch_encoder_takes_its_config_whole_and_old_keywords_and_saved_configs
         layers.PatchEncoder(9, (2, 2), position_embedding="learned_2d")
     with pytest.raises(ValueError, match="needs an even hidden_size"):
         ViTConfig(patch_size=8, hidden_size=9, num_heads=3, position_embedding="learned_2d")
+
+
+def test_mlp_block_reads_the_older_gelu_approximate_only_from_a_saved_config():
+    """`activation` is the MLP's one argument; a layer config written before it (`gelu_approximate`, with
+    `activation` None or absent) is translated when the file is read."""
+    older = {"mlp_dim": 8, "gelu_approximate": False, "activation": None}
+    assert layers.MlpBlock.from_config(older).activation == "gelu"
+    assert layers.MlpBlock.from_config({"mlp_dim": 8, "gelu_approximate": True}).activation == "gelu_tanh"
+    assert "gelu_approximate" not in layers.MlpBlock(8).get_config()
+    with pytest.raises(ValueError, match="Unrecognized keyword arguments"):
+        layers.MlpBlock(8, gelu_approximate=False)

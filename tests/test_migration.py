@@ -195,7 +195,7 @@ def test_build_model_and_load_weights_numpy_match_the_reference(tmp_path, size, 
     np.testing.assert_allclose(model.predict(scaled, verbose=0), expected, rtol=0, atol=TOLERANCE)
     assert model.name == "tiny" and model.input_shape == (None, *size, 3)
     assert not any(isinstance(layer, keras.layers.Rescaling) for layer in model.layers)  # takes [-1, 1]
-    assert model.get_layer("Transformer_encoderblock_0").dropout_rate == 0.1
+    assert model.get_layer("Transformer_encoderblock_0").block.dropout_rate == 0.1
 
 
 def test_vit_b16_pretrained_top_keeps_the_checkpoint_head(registered, images):

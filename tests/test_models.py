@@ -121,8 +121,8 @@ def test_named_constructor_forwards_overrides():
     model = vit_keras.ViTTi16(image_size=32, classes=3, num_layers=1, dropout_rate=0.1)
     assert model.name == "vit-ti16"
     assert len([layer for layer in model.layers if layer.name.startswith("Transformer_encoderblock")]) == 1
-    assert model.get_layer("Transformer_encoderblock_0").dropout_rate == 0.1
-    assert model.get_layer("Transformer_encoderblock_0").num_heads == 3
+    assert model.get_layer("Transformer_encoderblock_0").block.dropout_rate == 0.1
+    assert model.get_layer("Transformer_encoderblock_0").block.num_heads == 3
 
 
 def test_layer_norm_epsilon_and_gelu_defaults(tiny_kwargs):
@@ -130,10 +130,10 @@ def test_layer_norm_epsilon_and_gelu_defaults(tiny_kwargs):
     model = vit_keras.ViT(image_size=16, **tiny_kwargs)
     block = model.get_layer("Transformer_encoderblock_0")
     assert block.norm_1.epsilon == block.norm_2.epsilon == model.get_layer("encoder_norm").epsilon == 1e-6
-    assert block.block_config.activation == "gelu_tanh"  # gelu_approximate=True in the older vocabulary
+    assert block.block.activation == "gelu_tanh"  # gelu_approximate=True in the older vocabulary
     model = vit_keras.ViT(image_size=16, layer_norm_epsilon=1e-12, gelu_approximate=False, **tiny_kwargs)
     assert model.get_layer("encoder_norm").epsilon == 1e-12
-    assert model.get_layer("Transformer_encoderblock_1").mlp.gelu_approximate is False
+    assert model.get_layer("Transformer_encoderblock_1").mlp.activation == "gelu"
 
 
 def test_hybrid_group_norm_settings():

@@ -56,7 +56,7 @@ LAYERS = [
     (layers.PatchEncoder(16, (2, 3), position_embedding="sincos_2d", dropout_rate=0.1), (2, 6, 48)),
     (layers.PatchEncoder(16, (2, 3), position_embedding="none"), (2, 6, 48)),
     (layers.TransformerBlock(2, 32, dropout_rate=0.1, layer_norm_epsilon=1e-12, gelu_approximate=False), (2, 5, 16)),
-    (layers.MlpBlock(32, gelu_approximate=False), (2, 5, 16)),
+    (layers.MlpBlock(32, activation="gelu"), (2, 5, 16)),
     (layers.TokenPooling("avg", num_prefix_tokens=1), (2, 5, 16)),
     (layers.StdConv2D(4, 3, padding="same"), (1, 8, 8, 2)),
     (layers.BottleneckUnit(32, strides=2), (1, 8, 8, 64)),

@@ -80,7 +80,7 @@ def test_image_classification_logits(tmp_path, hidden, layers, heads, mlp, image
     reference = _torch_run(reference_model, x).logits.numpy()
     model = vit_keras.ViT(image_size=image, classes=5, weights=directory, **_vit_kwargs(config))
     assert model.get_layer("encoder_norm").epsilon == eps  # from config.json
-    assert model.get_layer("Transformer_encoderblock_0").mlp.gelu_approximate is False  # hidden_act "gelu" = erf
+    assert model.get_layer("Transformer_encoderblock_0").mlp.activation == "gelu"  # hidden_act "gelu" = erf
     _check(_keras_run(model, x), reference)
 
 
@@ -90,7 +90,7 @@ def test_tanh_gelu_config_is_followed(tmp_path):
     directory = _save(reference_model, tmp_path / "hf")
     x = _images((32, 32))
     model = vit_keras.ViT(image_size=32, classes=5, weights=directory, **_vit_kwargs(config))
-    assert model.get_layer("Transformer_encoderblock_0").mlp.gelu_approximate is True
+    assert model.get_layer("Transformer_encoderblock_0").mlp.activation == "gelu_tanh"
     _check(_keras_run(model, x), _torch_run(reference_model, x).logits.numpy())
 
 

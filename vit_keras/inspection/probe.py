@@ -202,7 +202,7 @@ class AttentionProbe:
     @property
     def num_heads(self) -> int:
         """Attention heads per block."""
-        return int(self.blocks[0].num_heads)
+        return int(self.blocks[0].block.num_heads)
 
     @property
     def num_tokens(self) -> int:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import keras
 from keras import ops
 
-from vit_keras.configs import ACTIVATIONS, MLPS, BlockConfig
+from vit_keras.configs import ACTIVATIONS, MLPS, BlockConfig, translate_aliases
 from vit_keras.layers import attention_path as attention_paths
 from vit_keras.layers.checkpoint import nested, plain
 from vit_keras.layers.dtypes import SublayerPolicies
@@ -71,33 +71,26 @@ def apply_activation(x, activation: str):
     return ops.gelu(x, approximate=False)
 
 
-def _resolve_activation(activation, gelu_approximate):
-    if activation is None:
-        activation = "gelu_tanh" if gelu_approximate else "gelu"
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {activation!r}.")
-    return activation
-
-
 @keras.saving.register_keras_serializable(package="vit_keras")
 class MlpBlock(SublayerPolicies, keras.layers.Layer):
     """`Dense(mlp_dim) → activation → dropout → Dense(D) → dropout`, named like vit_jax (`Dense_0`, `Dense_1`).
 
     `activation`: `"gelu_tanh"` (Google's checkpoints), `"gelu"` (exact erf: timm, transformers) or
-    `"quick_gelu"` (OpenAI CLIP); the older `gelu_approximate=True/False` picks one of the first two.
+    `"quick_gelu"` (OpenAI CLIP). The layer configs of earlier files, which say `gelu_approximate=True/False`
+    instead, are read through `vit_keras.configs.translate_aliases` (`from_config`).
 
     Example:
         >>> tuple(MlpBlock(mlp_dim=32)(keras.ops.zeros((2, 5, 8))).shape)
         (2, 5, 8)
     """
 
-    def __init__(self, mlp_dim: int, dropout_rate: float = 0.0, gelu_approximate: bool = True, activation=None,
-                 **kwargs):
+    def __init__(self, mlp_dim: int, dropout_rate: float = 0.0, activation: str = "gelu_tanh", **kwargs):
         super().__init__(**kwargs)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {activation!r}.")
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
-        self.activation = _resolve_activation(activation, gelu_approximate)
-        self.gelu_approximate = self.activation == "gelu_tanh"
+        self.activation = activation
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape):
@@ -129,9 +122,15 @@ class MlpBlock(SublayerPolicies, keras.layers.Layer):
             **super().get_config(),
             "mlp_dim": self.mlp_dim,
             "dropout_rate": self.dropout_rate,
-            "gelu_approximate": self.gelu_approximate,
             "activation": self.activation,
         }
+
+    @classmethod
+    def from_config(cls, config):
+        config = translate_aliases(config)  # earlier files: gelu_approximate, and activation None beside it
+        if config.get("activation") is None:
+            config.pop("activation", None)
+        return super().from_config(config)
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
@@ -357,50 +356,36 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
         block = block if block is not None else BlockConfig.from_arguments(fields)
         if query_tokens is not None and int(query_tokens) < 1:
             raise ValueError(f"`query_tokens` must be a positive number of tokens or None, got {query_tokens!r}.")
-        self.block_config = block
+        self.block = block  # what the parts below read
         self.query_tokens = None if query_tokens is None else int(query_tokens)
-        # The parts below read the block's fields under these names.
-        self.num_heads, self.mlp_dim, self.rope = block.num_heads, block.mlp_dim, block.rope
-        self.dropout_rate, self.attention_dropout_rate = block.dropout_rate, block.attention_dropout_rate
-        self.layer_norm_epsilon, self.activation = block.layer_norm_epsilon, block.activation
-        self.layer_scale, self.qkv_bias = block.layer_scale, block.qkv_bias
-        self.num_prefix_tokens = block.num_prefix_tokens
-        self.mlp_kind, self.norm_kind = block.mlp, block.norm
-        self.mlp_norm, self.mlp_bias = block.mlp_norm, block.mlp_bias
-        mlp, norm, mlp_norm = block.mlp, block.norm, block.mlp_norm  # the names the parts below are built with
-        self.norm_1 = norm_layer(norm, self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm_0")
-        self.norm_2 = norm_layer(norm, self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm_2")
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
-        if mlp == "gelu":
-            self.mlp = MlpBlock(
-                self.mlp_dim,
-                dropout_rate=self.dropout_rate,
-                activation=self.activation,
-                dtype=self.dtype_policy,
-                name="MlpBlock_3",
-            )
+        self.norm_1 = norm_layer(block.norm, block.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm_0")
+        self.norm_2 = norm_layer(block.norm, block.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm_2")
+        self.dropout = keras.layers.Dropout(block.dropout_rate, dtype=self.dtype_policy)
+        if block.mlp == "gelu":
+            self.mlp = MlpBlock(block.mlp_dim, dropout_rate=block.dropout_rate, activation=block.activation,
+                                dtype=self.dtype_policy, name="MlpBlock_3")
         else:
-            self.mlp = SwiGLUBlock(self.mlp_dim, packed=mlp == "swiglu_packed", norm=mlp_norm,
-                                   norm_epsilon=self.layer_norm_epsilon, use_bias=self.mlp_bias,
-                                   dropout_rate=self.dropout_rate, dtype=self.dtype_policy, name="MlpBlock_3")
-        if self.layer_scale:
+            self.mlp = SwiGLUBlock(block.mlp_dim, packed=block.mlp == "swiglu_packed", norm=block.mlp_norm,
+                                   norm_epsilon=block.layer_norm_epsilon, use_bias=block.mlp_bias,
+                                   dropout_rate=block.dropout_rate, dtype=self.dtype_policy, name="MlpBlock_3")
+        if block.layer_scale:
             self.scale_1 = LayerScale(dtype=self.dtype_policy, name="LayerScale_1")
             self.scale_3 = LayerScale(dtype=self.dtype_policy, name="LayerScale_3")
 
     def build(self, input_shape):
-        hidden_size = input_shape[-1]
-        if hidden_size % self.num_heads:
+        hidden_size, block = input_shape[-1], self.block
+        if hidden_size % block.num_heads:
             raise ValueError(
-                f"hidden_size {hidden_size} is not divisible by num_heads {self.num_heads}; "
+                f"hidden_size {hidden_size} is not divisible by num_heads {block.num_heads}; "
                 f"choose num_heads among the divisors of {hidden_size}."
             )
-        rope = {} if self.rope is None else {"layout": self.rope, "num_prefix_tokens": self.num_prefix_tokens}
-        self.attention = (ProjectionAttention if self.rope is None else RotaryAttention)(
+        rope = {} if block.rope is None else {"layout": block.rope, "num_prefix_tokens": block.num_prefix_tokens}
+        self.attention = (ProjectionAttention if block.rope is None else RotaryAttention)(
             **rope,
-            num_heads=self.num_heads,
-            key_dim=hidden_size // self.num_heads,
-            use_bias=self.qkv_bias,
-            dropout=self.attention_dropout_rate,
+            num_heads=block.num_heads,
+            key_dim=hidden_size // block.num_heads,
+            use_bias=block.qkv_bias,
+            dropout=block.attention_dropout_rate,
             kernel_initializer="glorot_uniform",
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_1",
@@ -410,14 +395,14 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
         self.attention.build(query_shape, input_shape)
         self.norm_2.build(query_shape)
         self.mlp.build(query_shape)
-        if self.layer_scale:
+        if block.layer_scale:
             self.scale_1.build(query_shape)
             self.scale_3.build(query_shape)
 
     def call(self, x, training=None, return_attention_scores=False, all_tokens=False, rope=None, token_mask=None):
-        if (rope is None) != (self.rope is None):
+        if (rope is None) != (self.block.rope is None):
             raise ValueError(
-                f"TransformerBlock {self.name!r} was built with rope={self.rope!r} but called with"
+                f"TransformerBlock {self.name!r} was built with rope={self.block.rope!r} but called with"
                 f"{'out' if rope is None else ''} RoPE tables; pass `rope=` the output of a RotaryEmbedding2D exactly "
                 "when the block has a RoPE layout."
             )
@@ -435,9 +420,9 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
         else:
             y = self.attention(query, y, training=training, **attention_args)
         y = self.dropout(y, training=training)
-        x = x + (self.scale_1(y) if self.layer_scale else y)
+        x = x + (self.scale_1(y) if self.block.layer_scale else y)
         y = self.mlp(self.norm_2(x), training=training)
-        x = x + (self.scale_3(y) if self.layer_scale else y)
+        x = x + (self.scale_3(y) if self.block.layer_scale else y)
         return (x, scores) if return_attention_scores else x
 
     def compute_output_shape(self, input_shape):
@@ -450,9 +435,9 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
                **nested("MlpBlock_3", self.mlp)}
         out.update({f"MultiHeadDotProductAttention_1/{k}": v
                     for k, v in attention_checkpoint_variables(self.attention).items()})
-        if self.layer_scale:
+        if self.block.layer_scale:
             out.update({**nested("LayerScale_1", self.scale_1), **nested("LayerScale_3", self.scale_3)})
         return out
 
     def get_config(self):
-        return {**super().get_config(), "block": self.block_config.to_dict(), "query_tokens": self.query_tokens}
+        return {**super().get_config(), "block": self.block.to_dict(), "query_tokens": self.query_tokens}
