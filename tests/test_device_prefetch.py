@@ -249,6 +249,21 @@ def test_deferred_step_work_backs_up_the_same_steps_without_a_per_step_hook():
     assert all(has_step_end_work(callback) for callback in (StopOnNonFiniteLoss(), _Recorded(False, 2)))
 
 
+def test_an_epochs_last_step_is_backed_up_before_any_epoch_end_work():
+    import keras
+
+    from vit_keras.training.callbacks import StopOnNonFiniteLoss, finish_steps_together
+
+    class Preempted(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise KeyboardInterrupt
+
+    backup = _Recorded(True, every=2)
+    with pytest.raises(KeyboardInterrupt):  # listed before the backup, as the checkpoints are in train()
+        _fit_with(finish_steps_together([StopOnNonFiniteLoss(deferred=True, check_every=2), Preempted(), backup]))
+    assert backup.saved == [(2, True), (4, True)]  # step 4, the epoch's last, as when it was saved after the step
+
+
 def test_deferred_loss_check_stops_before_a_backup_holds_diverged_weights():
     from vit_keras.training.callbacks import NonFiniteLossError, StopOnNonFiniteLoss
 

@@ -33,11 +33,12 @@ class StepEndCallback(keras.callbacks.Callback):
     By default in `on_train_batch_end`. Keras then runs every callback's batch-end hook on the training thread and
     first converts each log to a Python float (`keras.callbacks.CallbackList`, `python_utils.pythonify_logs`): the
     host waits for every step's device work before it can start the next. With `deferred=True` the work of step
-    k runs at the start of step k+1 (before the step itself, so nothing is lost), or at the epoch's end, and gets
-    no logs (`logs=None`: read what is needed from the model when it is needed). The callback is then
-    `async_safe`, and when no other callback has per-step work, Keras hands the batch-end hooks (progress bar,
-    history) to a thread: the host goes on queueing steps, and waits for the device only where a callback reads
-    a value. (Keras' TensorFlow backend keeps its callbacks on the training thread whatever they are.)
+    k runs at the start of step k+1 (before the step itself, so nothing is lost), or at the epoch's end (first
+    thing there with `finish_steps_together`), and gets no logs (`logs=None`: read what is needed from the model
+    when it is needed). The callback is then `async_safe`, and when no other callback has per-step work, Keras
+    hands the batch-end hooks (progress bar, history) to a thread: the host goes on queueing steps, and waits for
+    the device only where a callback reads a value. (Keras' TensorFlow backend keeps its callbacks on the training
+    thread whatever they are.)
 
     Example:
         >>> class Count(StepEndCallback):
@@ -55,6 +56,7 @@ class StepEndCallback(keras.callbacks.Callback):
         self.deferred = bool(deferred)
         self.async_safe = self.deferred  # its on_train_batch_end then does nothing
         self._step_running = False
+        self._group: tuple = ()  # see `finish_steps_together`
 
     def on_step_end(self, logs=None):
         """The work after a training step (`logs`: that step's logs, or None when deferred)."""
@@ -73,8 +75,28 @@ class StepEndCallback(keras.callbacks.Callback):
             self.on_step_end(logs)
 
     def on_epoch_end(self, epoch, logs=None):
-        # The epoch's training logs are its last step's: validation has reset the metrics by now.
-        self._finish_step(_training_logs(logs))
+        # The last step's work of every such callback of the model, in list order, before any epoch-end work (as
+        # when it ran after the step); the epoch's training logs are that step's, validation has reset the metrics.
+        training_logs = _training_logs(logs)
+        for callback in (*self._group, self):
+            callback._finish_step(training_logs)
+
+
+def finish_steps_together(callbacks):
+    """`callbacks` (a list for `fit`), its deferred `StepEndCallback`s grouped: at an epoch's end, the first of them
+    to see it finishes the last step's work of all, in list order, before any epoch-end work of any callback. (As
+    when that work ran after the step: the step backup holds the last step before a checkpoint is written, and the
+    loss check runs before both.)
+
+    Example:
+        >>> callbacks = finish_steps_together([StopOnNonFiniteLoss(deferred=True), StepBackup("b", deferred=True)])
+        >>> [type(callback).__name__ for callback in callbacks[0]._group]
+        ['StopOnNonFiniteLoss', 'StepBackup']
+    """
+    group = tuple(callback for callback in callbacks if isinstance(callback, StepEndCallback) and callback.deferred)
+    for callback in group:
+        callback._group = group
+    return callbacks
 
 
 def has_step_end_work(callback) -> bool:

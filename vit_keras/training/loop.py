@@ -510,7 +510,7 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, p
     validation_dataset = None
     if validation is not None:
         validation_dataset = pipelines.eval(validation.dataset, batch_size=config.micro_batch_size, cache=config.cache)
-    callbacks = [
+    callbacks = cb.finish_steps_together([
         # First: it raises before any later callback of the same step can save diverged weights.
         # Deferred, it reads the loss at the backup's steps: before anything could write diverged weights.
         cb.StopOnNonFiniteLoss(learning_rate=config.learning_rate, deferred=deferred, check_every=backup.every),
@@ -524,7 +524,7 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, p
         last_checkpoint,
         backup,
         *extra_callbacks,
-    ]
+    ])
     history = fit_segments(model, make_train_dataset, start, total_micro, micro_per_epoch, validation_dataset,
                            callbacks, verbose)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 
 import keras
@@ -23,11 +24,14 @@ from vit_keras.files import atomic_file
 from vit_keras.training import callbacks as cb
 from vit_keras.training import data
 from vit_keras.training.config import TrainConfig
+from vit_keras.training.device_prefetch import choose_input_path
 from vit_keras.training.loop import execution_plan, fit_segments, resume_run, write_text
 from vit_keras.training.masked_patch import MaskedPatchModel
 from vit_keras.training.optim import make_optimizer
 from vit_keras.training.run import RunDirectories, run_directory, run_settings
 from vit_keras.training.strategy import prepare_keras_fit
+
+logger = logging.getLogger(__name__)
 
 PAPER_STEPS, PAPER_WARMUP = 1_000_000, 10_000
 
@@ -202,7 +206,10 @@ def _fit(model, strategy, plan, config, train_images, validation, size, output_d
     prepare_keras_fit(model, strategy, (sample,))
 
     monitor = "val_loss" if validation is not None else "loss"
-    run = resume_run(model, config, dirs.checkpoint_dir, dirs.backup_dir, monitor, "min")
+    # No host sync after every step (callbacks.StepEndCallback): no callback here needs one.
+    run = resume_run(model, config, dirs.checkpoint_dir, dirs.backup_dir, monitor, "min", deferred=True)
+    input_path = choose_input_path(strategy=strategy)
+    logger.info("Training input: %s.", input_path.description)
     micro_per_epoch, total_micro, start = run.micro_per_epoch, run.total_micro, run.start
     best_checkpoint, last_checkpoint, backup = run.best_checkpoint, run.last_checkpoint, run.backup
 
@@ -218,24 +225,24 @@ def _fit(model, strategy, plan, config, train_images, validation, size, output_d
             )
             return pipeline.map(lambda images, labels: images)
 
-        return strategy.distribute_datasets_from_function(dataset_fn)
+        return input_path.apply(strategy.distribute_datasets_from_function(dataset_fn))
 
     validation_dataset = None
     if validation is not None:
         validation_dataset = data.eval_pipeline(
             validation.dataset, image_size=size, batch_size=config.micro_batch_size, num_classes=1,
             cache=config.cache).map(lambda images, labels: images)
-    callbacks = [
+    callbacks = cb.finish_steps_together([
         # First: it raises before any later callback of the same step can save diverged weights.
-        cb.StopOnNonFiniteLoss(learning_rate=config.learning_rate),
-        keras.callbacks.TensorBoard(log_dir=dirs.log_dir, update_freq="epoch"),
+        cb.StopOnNonFiniteLoss(learning_rate=config.learning_rate, deferred=True, check_every=backup.every),
+        cb.EpochTensorBoard(dirs.log_dir),
         cb.TrainingMonitor(dirs.log_dir, {**config.to_dict(), **_objective(model)}, config.micro_batch_size, sample,
-                           every=max(micro_per_epoch // 10, 1)),
+                           every=max(micro_per_epoch // 10, 1), deferred=True),
         MaskedPatchFigure(dirs.log_dir, sample),
         best_checkpoint,
         last_checkpoint,
         backup,
-    ]
+    ])
     history = fit_segments(model, make_train_dataset, start, total_micro, micro_per_epoch, validation_dataset,
                            callbacks, verbose)
 
@@ -250,7 +257,8 @@ def _fit(model, strategy, plan, config, train_images, validation, size, output_d
                 model.encoder.save(path)
         write_text(os.path.join(output_dir, "results.json"), json.dumps(
             {"updates": updates, "metrics": metrics, "objective": _objective(model), "config": config.to_dict(),
-             "policy": plan.policy, "jit_compile": plan.jit_compile, "notes": list(plan.notes)},
+             "policy": plan.policy, "jit_compile": plan.jit_compile, "notes": list(plan.notes),
+             "input": input_path.description},
             indent=2, default=str))
     backup.discard()
     dirs.remove_scratch()
