@@ -59,7 +59,7 @@ def test_gelu_and_epsilon_default_to_the_checkpoints(case):
     model = vit_keras.ViT(**kwargs, weights=os.path.join(directory, meta["checkpoint"]), classifier_activation=None)
     assert model.get_layer("encoder_norm").epsilon == want_eps
     block = model.get_layer("Transformer_encoderblock_0")
-    assert block.norm_1.epsilon == want_eps and block.mlp.gelu_approximate is want_gelu
+    assert block.norm_1.epsilon == want_eps and block.mlp.activation == ("gelu_tanh" if want_gelu else "gelu")
     assert np.abs(_logits(model, x) - expected).max() <= TOLERANCE
 
 

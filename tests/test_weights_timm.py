@@ -65,7 +65,7 @@ def test_timm_state_dict_token(tmp_path):
     x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
     model = vit_keras.ViT(image_size=32, classes=5, weights=path, **ARCH)
     block = model.get_layer("Transformer_encoderblock_0")
-    assert block.mlp.gelu_approximate is False and block.norm_1.epsilon == 1e-6  # timm: erf GELU, eps 1e-6
+    assert block.mlp.activation == "gelu" and block.norm_1.epsilon == 1e-6  # timm: erf GELU, eps 1e-6
     _check(_logits(model, x), _torch_logits(reference_model, x))
 
 
