@@ -128,7 +128,7 @@ def test_this_machine_without_an_accelerator_takes_the_plain_path():
     assert keras.backend.backend() == "tensorflow" or not choose_input_path().builds
 
 
-def _tiny_run(output_dir, device_prefetch, callbacks=()):
+def _tiny_run(output_dir, device_prefetch, callbacks=(), deterministic=True):
     """A few `training.train` steps of the training tests' tiny ViT on fixed data; its final weights and result."""
     import tensorflow as tf
 
@@ -140,7 +140,7 @@ def _tiny_run(output_dir, device_prefetch, callbacks=()):
     images = rng.uniform(0, 255, (40, 16, 16, 3)).astype(np.float32)
     labels = np.arange(40) % 10
     config = training.finetune(total_steps=4, steps_per_epoch=2, batch_size=8, warmup_steps=0, precision="float32",
-                               learning_rate=0.05, log_images=2, seed=5, deterministic=True)
+                               learning_rate=0.05, log_images=2, seed=5, deterministic=deterministic)
     result = training.train(
         lambda: vit_keras.ViT(image_size=16, classes=10, classifier_activation=None, **TINY_TRAINING),
         tf.data.Dataset.from_tensor_slices((images, labels)), config, output_dir=output_dir, num_classes=10,
@@ -164,6 +164,16 @@ def test_train_learns_the_same_weights_with_and_without_prefetching(tmp_path):
 
     if keras.backend.backend() != "tensorflow":
         pytest.skip("the other backends run in test_other_backends_learn_the_same_weights")
+    from tensorflow.python.framework.config import is_op_determinism_enabled
+
+    # With XLA first (the train step compiled, as on a GPU; the prefetched iterator stays outside the compiled
+    # step): Keras drops XLA for the rest of the process once a deterministic run has turned op determinism on.
+    if not is_op_determinism_enabled():
+        host_xla, host_xla_result = _tiny_run(str(tmp_path / "host_xla"), False, deterministic=False)
+        prefetched_xla, prefetch_xla_result = _tiny_run(str(tmp_path / "prefetch_xla"), True, deterministic=False)
+        assert host_xla_result.model.jit_compile and prefetch_xla_result.model.jit_compile
+        for a, b in zip(host_xla, prefetched_xla, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     host, host_result = _tiny_run(str(tmp_path / "host"), None)  # the automatic choice: no accelerator here
     prefetched, prefetch_result = _tiny_run(str(tmp_path / "prefetch"), True)  # forced: prefetched to the CPU
     _check_runs(str(tmp_path), host_result, prefetch_result)
