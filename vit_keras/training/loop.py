@@ -107,7 +107,7 @@ def _check_dropout(model, config) -> None:
     for layer in model._flatten_layers(include_self=False, recursive=True):
         if not isinstance(layer, TransformerBlock):
             continue
-        built = {name: float(getattr(layer, name)) for name in wanted}
+        built = {name: float(getattr(layer.block, name)) for name in wanted}  # the block's BlockConfig
         if any(abs(built[name] - wanted[name]) > 1e-9 for name in wanted):
             raise ValueError(
                 f"The model's {layer.name} was built with {built}, but the config asks for {wanted}: dropout is "
