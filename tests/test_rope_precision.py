@@ -1,14 +1,15 @@
 """RoPE models in mixed bfloat16 on every backend, against the same weights in float32.
 
-Under a mixed policy Keras casts every floating call argument of a layer to the compute dtype, the rotation tables
-passed to each attention layer included; the rotation itself is computed in float32 (as timm does), so the tables
-are taken back to float32 before it. On the PyTorch backend a bfloat16 table multiplied by a NumPy sign vector, and
+Under a mixed policy Keras casts every floating call argument of a layer to the compute dtype; the blocks and the
+attention layers keep their `rope=` tables as given (`Float32Rope`), so the rotation is computed in float32 from
+unrounded float32 tables, as timm computes it. On the PyTorch backend a bfloat16 table multiplied by a NumPy sign vector, and
 RoPE-Mixed's frequency initialiser (a NumPy array times a tensor), failed outright: these ran on TensorFlow and JAX
 only.
 
 Bound: bfloat16 rounds each activation and weight to 2^-9 relative; the pooled features of the tiny two-block model
 (LayerNorm outputs of magnitude ~2) move by a few 1e-2 relative. Measured on an Intel Xeon (AVX-512, AMX): at most
-0.021 (TensorFlow), 0.024 (PyTorch), 0.033 (JAX) over the three layouts. 0.1 is that error model with 3x margin, and
+0.020 (TensorFlow), 0.023 (PyTorch), 0.032 (JAX) over the three layouts (0.021, 0.024, 0.033 while the tables were
+still rounded to bfloat16 on the way in). 0.1 is that error model with 3x margin, and
 still far below what a wrong table does (a table of zeros or of the wrong layout moves the features by O(1)).
 """
 
@@ -51,3 +52,27 @@ def test_rope_models_run_in_mixed_bfloat16_on_every_backend(backend):
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(found) == {"rotate_half", "interleaved", "mixed"}
     assert all(0 < diff <= BOUND for diff in found.values()), found
+
+
+def test_rope_tables_reach_the_rotation_in_float32_unrounded(monkeypatch):
+    import keras
+    import numpy as np
+
+    from vit_keras.layers import transformer
+
+    seen = []
+    rotation_tables = transformer.rotation_tables
+
+    def spy(sin, cos, *args, **kwargs):
+        seen.append((keras.backend.standardize_dtype(sin.dtype), np.asarray(keras.ops.convert_to_numpy(sin))))
+        return rotation_tables(sin, cos, *args, **kwargs)
+
+    monkeypatch.setattr(transformer, "rotation_tables", spy)
+    block = transformer.TransformerBlock(num_heads=2, mlp_dim=16, rope="interleaved", num_prefix_tokens=1,
+                                         dtype="mixed_bfloat16")
+    tables = np.random.default_rng(0).uniform(-1, 1, (4, 8)).astype("float32")  # not representable in bfloat16
+    out = block(np.zeros((1, 5, 8), "float32"), rope=tables)
+    assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"  # the activations are still cast
+    dtype, sin = seen[0]
+    assert dtype == "float32"
+    np.testing.assert_array_equal(sin, tables[:, :4])  # bit for bit: no round trip through bfloat16

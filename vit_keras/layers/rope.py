@@ -197,8 +197,8 @@ def rotation_tables(sin, cos, layout, num_prefix_tokens=0):
         >>> s[:2, 0].numpy().tolist(), c[:, 0, 0].numpy().tolist()  # the prefix row, then a patch row
         ([[0.0, 0.0, 0.0, 0.0], [-1.0, -1.0, 1.0, 1.0]], [1.0, 0.0, 0.0])
     """
-    # float32 whatever arrives: under a mixed policy Keras casts a layer's floating call arguments, the tables
-    # included, to the compute dtype; the rotation is computed in float32, as timm does.
+    # the rotation is computed in float32, as timm does (the attention layers receive the tables in float32, see
+    # transformer.Float32Rope; a caller's bfloat16 tables are taken up here)
     sin, cos = ops.cast(sin, "float32"), ops.cast(cos, "float32")
     if len(sin.shape) == 2:
         sin, cos = sin[:, None, :], cos[:, None, :]

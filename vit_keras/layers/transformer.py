@@ -236,8 +236,26 @@ class ProjectionAttention(keras.layers.MultiHeadAttention):
         return config
 
 
+class Float32Rope:
+    """Keeps a layer's `rope=` call argument (the RoPE tables) as given: Keras casts every floating call argument to
+    the compute dtype (bfloat16 under a mixed policy), and the rotation is computed in float32 from float32 tables,
+    as timm computes it. Every other argument is converted as Keras converts it."""
+
+    def _keep_rope_float32(self):
+        self._convert_input_args = False
+
+    def __call__(self, *args, rope=None, **kwargs):
+        def convert(x):
+            return self.dtype_policy.convert_input(x, self.autocast, self.input_dtype)
+
+        args, kwargs = keras.tree.map_structure(convert, args), keras.tree.map_structure(convert, kwargs)
+        if rope is not None:
+            kwargs["rope"] = self.dtype_policy.convert_input(rope, False, "float32")
+        return super().__call__(*args, **kwargs)
+
+
 @keras.saving.register_keras_serializable(package="vit_keras")
-class RotaryAttention(ProjectionAttention):
+class RotaryAttention(Float32Rope, ProjectionAttention):
     """`ProjectionAttention` that rotates q and k of the patch tokens with 2-D RoPE tables after the projections.
 
     Called as `attention(query, value, rope=tables)` with `[sin | cos]` tables from `RotaryEmbedding2D`; the first
@@ -257,6 +275,7 @@ class RotaryAttention(ProjectionAttention):
             raise ValueError(f"`layout` must be one of {LAYOUTS}, got {layout!r}.")
         self.layout = layout
         self.num_prefix_tokens = int(num_prefix_tokens)
+        self._keep_rope_float32()
 
     def call(self, query, value, key=None, rope=None, return_attention_scores=False, training=None,
              attention_mask=None):
@@ -295,7 +314,7 @@ def attention_checkpoint_variables(attention) -> dict:
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
-class TransformerBlock(SublayerPolicies, keras.layers.Layer):
+class TransformerBlock(Float32Rope, SublayerPolicies, keras.layers.Layer):
     """`x + MHSA(LN(x))`, then `x + MLP(LN(x))`, as in the paper's Eq. 2–3 (each branch scaled with LayerScale).
 
     Sub-layers carry vit_jax's raw checkpoint names (`LayerNorm_0`, `MultiHeadDotProductAttention_1`,
@@ -354,6 +373,7 @@ class TransformerBlock(SublayerPolicies, keras.layers.Layer):
             raise TypeError(f"Pass the block's fields either as `block=` or as keywords, not both (got "
                             f"{sorted(fields)} beside block=).")
         block = block if block is not None else BlockConfig.from_arguments(fields)
+        self._keep_rope_float32()
         if query_tokens is not None and int(query_tokens) < 1:
             raise ValueError(f"`query_tokens` must be a positive number of tokens or None, got {query_tokens!r}.")
         self.block = block  # what the parts below read
