@@ -2,9 +2,9 @@
 
 Under a mixed policy Keras casts every floating call argument of a layer to the compute dtype; the blocks and the
 attention layers keep their `rope=` tables as given (`Float32Rope`), so the rotation is computed in float32 from
-unrounded float32 tables, as timm computes it. On the PyTorch backend a bfloat16 table multiplied by a NumPy sign vector, and
-RoPE-Mixed's frequency initialiser (a NumPy array times a tensor), failed outright: these ran on TensorFlow and JAX
-only.
+unrounded float32 tables, as timm computes it. On the PyTorch backend a bfloat16 table multiplied by a NumPy sign
+vector, and RoPE-Mixed's frequency initialiser (a NumPy array times a tensor), failed outright: these ran on
+TensorFlow and JAX only.
 
 Bound: bfloat16 rounds each activation and weight to 2^-9 relative; the pooled features of the tiny two-block model
 (LayerNorm outputs of magnitude ~2) move by a few 1e-2 relative. Measured on an Intel Xeon (AVX-512, AMX): at most
