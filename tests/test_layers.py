@@ -155,3 +155,29 @@ def test_mlp_block_reads_the_older_gelu_approximate_only_from_a_saved_config():
     assert "gelu_approximate" not in layers.MlpBlock(8).get_config()
     with pytest.raises(ValueError, match="Unrecognized keyword arguments"):
         layers.MlpBlock(8, gelu_approximate=False)
+
+
+def test_attention_pooling_heads_take_their_config_whole_or_as_keywords():
+    import keras
+    import pytest
+
+    from vit_keras.configs import PoolingHeadConfig, ViTConfig
+    from vit_keras.layers import AttentionPoolingHead, MAPHead
+
+    config = ViTConfig(image_size=32, patch_size=8, hidden_size=16, num_heads=2, mlp_dim=32, num_layers=1,
+                       global_pool="map", class_token=False, map_mlp_dim=24)
+    head = MAPHead(head=config.pooling_head)
+    assert (head.num_heads, head.head.mlp_dim) == (2, 24)  # the head's own MLP width, resolved by the config
+    # its saved config is the keywords, which make the same head again
+    again = MAPHead.from_config(head.get_config())
+    assert again.head == head.head
+    with pytest.raises(TypeError, match="either as `head=` or as keywords"):
+        MAPHead(num_heads=2, head=config.pooling_head)
+    with pytest.raises(ValueError, match="'aimv2' attention-pooling head; got a config of kind 'big_vision'"):
+        AttentionPoolingHead(head=config.pooling_head)
+    with pytest.raises(ValueError, match="`activation` must be one of"):
+        MAPHead(num_heads=2, mlp_dim=8, activation="relu")
+    aimv2 = ViTConfig(image_size=32, patch_size=8, hidden_size=16, num_heads=2, mlp_dim=32, num_layers=1,
+                      global_pool="map", class_token=False, map_head="aimv2", qkv_bias=True).pooling_head
+    assert aimv2 == PoolingHeadConfig(num_heads=2, kind="aimv2", qkv_bias=True)
+    assert tuple(AttentionPoolingHead(head=aimv2)(keras.ops.ones((1, 4, 16))).shape) == (1, 16)

@@ -319,6 +319,54 @@ class PatchConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class PoolingHeadConfig:
+    """The fields an attention-pooling head reads, which `vit_keras.layers.MAPHead` and `AttentionPoolingHead`
+    take whole: its kind (`MAP_HEADS`), heads, MLP width, norm epsilon and activation (big_vision's MAPHead) and the
+    key/value bias (AIMv2's). `ViTConfig.pooling_head` is a model's; the fields are validated here, once.
+
+    Example:
+        >>> PoolingHeadConfig(num_heads=2, mlp_dim=16).kind
+        'big_vision'
+        >>> PoolingHeadConfig(num_heads=2, mlp_dim=16, activation="relu")
+        Traceback (most recent call last):
+        ...
+        ValueError: `activation` must be one of ('gelu_tanh', 'gelu', 'quick_gelu'), got 'relu'.
+    """
+
+    num_heads: int
+    mlp_dim: int | None = None
+    kind: str = "big_vision"
+    layer_norm_epsilon: float = 1e-6
+    activation: str = "gelu_tanh"
+    qkv_bias: bool = False
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        set_(self, "num_heads", check_positive_int("num_heads", self.num_heads))
+        set_(self, "mlp_dim", check_positive_int("mlp_dim", self.mlp_dim, allow_none=True))
+        if self.kind not in MAP_HEADS:
+            raise ValueError(f"`map_head` must be one of {MAP_HEADS}, got {self.kind!r}.")
+        if self.kind == "big_vision" and self.mlp_dim is None:
+            raise ValueError("big_vision's MAPHead needs `mlp_dim`, the width of its MLP.")
+        set_(self, "layer_norm_epsilon", _check_epsilon(self.layer_norm_epsilon))
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {self.activation!r}.")
+        if not isinstance(self.qkv_bias, bool):
+            raise ValueError(f"`qkv_bias` must be True or False, got {self.qkv_bias!r}.")
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping, kind: str) -> PoolingHeadConfig:
+        """A head's config from a layer's keyword arguments (the layer on its own, or its config in a `.keras`
+        file); `kind` is the layer's."""
+        fields = dict(arguments)
+        unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise TypeError(f"Unknown pooling-head arguments {unknown}; its fields are "
+                            f"{[f.name for f in dataclasses.fields(cls) if f.name != 'kind']}.")
+        return cls(**fields, kind=kind)
+
+
+@dataclasses.dataclass(frozen=True)
 class ViTConfig:
     """The architecture of a Vision Transformer: every fact the builder and the checkpoint readers need.
 
@@ -560,6 +608,23 @@ class ViTConfig:
             ((14, 14), 1)
         """
         return PatchConfig(**{field.name: getattr(self, field.name) for field in dataclasses.fields(PatchConfig)})
+
+    @property
+    def pooling_head(self) -> PoolingHeadConfig | None:
+        """What the attention-pooling head of `global_pool="map"` reads (`MAPHead` / `AttentionPoolingHead` take it
+        whole); None for other poolings.
+
+        Example:
+            >>> ViTConfig(image_size=224, patch_size=16, global_pool="map", class_token=False).pooling_head.mlp_dim
+            3072
+        """
+        if self.global_pool != "map":
+            return None
+        if self.map_head == "aimv2":
+            return PoolingHeadConfig(num_heads=self.num_heads, kind="aimv2", qkv_bias=self.qkv_bias)
+        return PoolingHeadConfig(num_heads=self.map_num_heads or self.num_heads,
+                                 mlp_dim=self.map_mlp_dim or self.mlp_dim,
+                                 layer_norm_epsilon=self.layer_norm_epsilon, activation=self.activation)
 
     @property
     def image_grid(self) -> tuple[int, int] | None:

@@ -3,10 +3,13 @@ pooling with a learned probe (MAP)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import keras
 import numpy as np
 from keras import ops
 
+from vit_keras.configs import PoolingHeadConfig
 from vit_keras.layers.checkpoint import nested, plain
 from vit_keras.layers.dtypes import SublayerPolicies
 from vit_keras.layers.transformer import MlpBlock, attention_checkpoint_variables
@@ -91,16 +94,19 @@ class MAPHead(SublayerPolicies, keras.layers.Layer):
         (2, 8)
     """
 
-    def __init__(self, num_heads: int, mlp_dim: int, layer_norm_epsilon: float = 1e-6, activation: str = "gelu_tanh",
-                 **kwargs):
+    def __init__(self, num_heads: int | None = None, mlp_dim: int | None = None, *,
+                 head: PoolingHeadConfig | None = None, **kwargs):
+        fields = _head_fields(kwargs, ("layer_norm_epsilon", "activation"), num_heads=num_heads, mlp_dim=mlp_dim)
         super().__init__(**kwargs)
-        self.num_heads = int(num_heads)
-        self.mlp_dim = int(mlp_dim)
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.norm = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
+        self.head = _head_config(head, fields, "big_vision")
+        self.norm = keras.layers.LayerNormalization(epsilon=self.head.layer_norm_epsilon, dtype=self.dtype_policy,
                                                     name="LayerNorm_0")
-        self.mlp = MlpBlock(self.mlp_dim, activation=activation, dtype=self.dtype_policy, name="MlpBlock_0")
-        self.activation = self.mlp.activation
+        self.mlp = MlpBlock(self.head.mlp_dim, activation=self.head.activation, dtype=self.dtype_policy,
+                            name="MlpBlock_0")
+
+    @property
+    def num_heads(self) -> int:
+        return self.head.num_heads
 
     def build(self, input_shape):
         hidden_size = input_shape[-1]
@@ -132,8 +138,9 @@ class MAPHead(SublayerPolicies, keras.layers.Layer):
         return out
 
     def get_config(self):
-        return {**super().get_config(), "num_heads": self.num_heads, "mlp_dim": self.mlp_dim,
-                "layer_norm_epsilon": self.layer_norm_epsilon, "activation": self.activation}
+        head = self.head
+        return {**super().get_config(), "num_heads": head.num_heads, "mlp_dim": head.mlp_dim,
+                "layer_norm_epsilon": head.layer_norm_epsilon, "activation": head.activation}
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
@@ -152,10 +159,18 @@ class AttentionPoolingHead(SublayerPolicies, keras.layers.Layer):
         (2, 8)
     """
 
-    def __init__(self, num_heads: int, qkv_bias: bool = False, **kwargs):
+    def __init__(self, num_heads: int | None = None, *, head: PoolingHeadConfig | None = None, **kwargs):
+        fields = _head_fields(kwargs, ("qkv_bias",), num_heads=num_heads)
         super().__init__(**kwargs)
-        self.num_heads = int(num_heads)
-        self.qkv_bias = bool(qkv_bias)
+        self.head = _head_config(head, fields, "aimv2")
+
+    @property
+    def num_heads(self) -> int:
+        return self.head.num_heads
+
+    @property
+    def qkv_bias(self) -> bool:
+        return self.head.qkv_bias
 
     def build(self, input_shape):
         hidden_size = input_shape[-1]
@@ -201,4 +216,23 @@ class AttentionPoolingHead(SublayerPolicies, keras.layers.Layer):
         return out
 
     def get_config(self):
-        return {**super().get_config(), "num_heads": self.num_heads, "qkv_bias": self.qkv_bias}
+        return {**super().get_config(), "num_heads": self.head.num_heads, "qkv_bias": self.head.qkv_bias}
+
+
+def _head_fields(kwargs: dict, names, **given) -> dict:
+    """A head's fields passed as keywords (taken out of `kwargs`, which keeps the Layer's own arguments)."""
+    fields = {name: kwargs.pop(name) for name in names if name in kwargs}
+    return {**fields, **{name: value for name, value in given.items() if value is not None}}
+
+
+def _head_config(head, fields: dict, kind: str) -> PoolingHeadConfig:
+    """The head's `PoolingHeadConfig`: given whole (`head=config.pooling_head`, as `build_vit` passes it), or made
+    once from keywords (the layer on its own, and the layer configs of `.keras` files)."""
+    if isinstance(head, Mapping):
+        head = PoolingHeadConfig(**head)
+    if head is not None and fields:
+        raise TypeError(f"Pass the head's fields either as `head=` or as keywords, not both (got {sorted(fields)}).")
+    head = head if head is not None else PoolingHeadConfig.from_arguments(fields, kind)
+    if head.kind != kind:
+        raise ValueError(f"This layer is the {kind!r} attention-pooling head; got a config of kind {head.kind!r}.")
+    return head

@@ -151,13 +151,15 @@ def _rope_tables(config: ViTConfig, patches, grid=None):
     return layer(patches) if grid is None else layer(patches, grid=grid)
 
 
+# The layer of each attention-pooling head kind (`ViTConfig.map_head`).
+POOLING_HEAD_LAYERS = {"big_vision": MAPHead, "aimv2": AttentionPoolingHead}
+
+
 def _attention_pooling_head(config: ViTConfig, dtype):
-    """The architecture's attention-pooling head (`config.map_head`), named `MAPHead_0` whichever it is."""
-    if config.map_head == "aimv2":
-        return AttentionPoolingHead(config.num_heads, qkv_bias=config.qkv_bias, dtype=dtype, name="MAPHead_0")
-    return MAPHead(config.map_num_heads or config.num_heads, config.map_mlp_dim or config.mlp_dim,
-                   layer_norm_epsilon=config.layer_norm_epsilon, activation=config.activation, dtype=dtype,
-                   name="MAPHead_0")
+    """The architecture's attention-pooling head, taking its `PoolingHeadConfig` whole; named `MAPHead_0` whichever
+    it is."""
+    head = config.pooling_head
+    return POOLING_HEAD_LAYERS[head.kind](head=head, dtype=dtype, name="MAPHead_0")
 
 
 def build_vit(
