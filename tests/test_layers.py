@@ -181,3 +181,15 @@ def test_attention_pooling_heads_take_their_config_whole_or_as_keywords():
                       global_pool="map", class_token=False, map_head="aimv2", qkv_bias=True).pooling_head
     assert aimv2 == PoolingHeadConfig(num_heads=2, kind="aimv2", qkv_bias=True)
     assert tuple(AttentionPoolingHead(head=aimv2)(keras.ops.ones((1, 4, 16))).shape) == (1, 16)
+
+
+def test_every_config_activation_has_a_function_and_a_stray_name_fails_on_the_first_call():
+    import keras
+    import pytest
+
+    from vit_keras.configs import ACTIVATIONS
+    from vit_keras.layers.transformer import ACTIVATION_FUNCTIONS, MlpBlock
+
+    assert tuple(ACTIVATION_FUNCTIONS) == ACTIVATIONS
+    with pytest.raises(ValueError, match="`activation` must be one of.*'relu'"):
+        MlpBlock(8, activation="relu")(keras.ops.ones((1, 3, 4)))  # built on its own: no config checked the name

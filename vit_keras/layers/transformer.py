@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import keras
 from keras import ops
 
-from vit_keras.configs import ACTIVATIONS, MLPS, BlockConfig, translate_aliases
+from vit_keras.configs import MLPS, BlockConfig, translate_aliases
 from vit_keras.layers import attention_path as attention_paths
 from vit_keras.layers.checkpoint import nested, plain
 from vit_keras.layers.dtypes import SublayerPolicies
@@ -57,18 +57,26 @@ def gelu_tanh(x):
     return ops.gelu(x, approximate=True)
 
 
+# Each activation name of the configs (`configs.ACTIVATIONS`) and the function it is.
+ACTIVATION_FUNCTIONS = {
+    "gelu_tanh": gelu_tanh,
+    "gelu": lambda x: ops.gelu(x, approximate=False),  # exact erf
+    "quick_gelu": lambda x: x * ops.sigmoid(QUICK_GELU_SCALE * x),  # OpenAI CLIP
+}
+
+
 def apply_activation(x, activation: str):
-    """`"gelu_tanh"` (`gelu_tanh`), `"gelu"` (exact erf) or `"quick_gelu"` (x·sigmoid(1.702x), OpenAI CLIP).
+    """`"gelu_tanh"` (`gelu_tanh`), `"gelu"` (exact erf) or `"quick_gelu"` (x·sigmoid(1.702x), OpenAI CLIP). The
+    configs validate the name; a layer built on its own with another name fails here, on its first call.
 
     Example:
         >>> float(apply_activation(keras.ops.zeros(()), "quick_gelu"))
         0.0
     """
-    if activation == "quick_gelu":
-        return x * ops.sigmoid(QUICK_GELU_SCALE * x)
-    if activation == "gelu_tanh":
-        return gelu_tanh(x)
-    return ops.gelu(x, approximate=False)
+    function = ACTIVATION_FUNCTIONS.get(activation)
+    if function is None:
+        raise ValueError(f"`activation` must be one of {tuple(ACTIVATION_FUNCTIONS)}, got {activation!r}.")
+    return function(x)
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
@@ -86,8 +94,6 @@ class MlpBlock(SublayerPolicies, keras.layers.Layer):
 
     def __init__(self, mlp_dim: int, dropout_rate: float = 0.0, activation: str = "gelu_tanh", **kwargs):
         super().__init__(**kwargs)
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {activation!r}.")
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
         self.activation = activation
