@@ -89,3 +89,14 @@ def test_a_pytest_started_by_a_test_keeps_the_running_tests_files(tmp_path):
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert mine.read_text() == "x"
+
+
+def test_preparing_a_bundled_dataset_prints_nothing(tmp_path, capfd):
+    # tfds prints "Downloading and preparing dataset ..." on a data directory's first preparation; the bundled
+    # datasets are generated, not downloaded, and a doctest that happened to prepare one first failed on that line.
+    pytest.importorskip("tensorflow_datasets")
+    from vit_keras.training import data
+
+    split = data.load("vit_keras_digits", "test", data_dir=str(tmp_path))
+    assert split.num_classes == 10
+    assert "Downloading" not in capfd.readouterr().out

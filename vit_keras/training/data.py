@@ -58,6 +58,25 @@ def _tfds_builder(name: str, data_dir: str | None):
         ) from error
 
 
+def _prepare(builder) -> None:
+    """Download and prepare a tfds dataset. tfds prints "Downloading and preparing dataset ..." to standard output
+    on the first preparation in a data directory; for vit_keras' bundled datasets, which are generated here and
+    downloaded from nowhere, that line is wrong, so it goes to the log instead (a program's or an example's output
+    then does not depend on whether the data directory was prepared before)."""
+    if not type(builder).__module__.startswith("vit_keras."):
+        builder.download_and_prepare()
+        return
+    import contextlib
+    import io
+    import logging
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        builder.download_and_prepare()
+    logging.getLogger(__name__).info("Prepared the bundled dataset %s in %s. %s", builder.name, builder.data_dir,
+                                     printed.getvalue().strip())
+
+
 def load(source, split: str = "train", *, data_dir: str | None = None, num_classes: int | None = None,
          download: bool = True, class_names=None) -> Split:
     """Load one split of a tfds dataset by name, of your own images, or wrap a `tf.data.Dataset` of `(image, label)`.
@@ -95,7 +114,7 @@ def load(source, split: str = "train", *, data_dir: str | None = None, num_class
     builder = _tfds_builder(source, data_dir)
     if download and not builder.info.splits:
         # Split metadata exists once the data is prepared (downloaded or, for bundled data, generated).
-        builder.download_and_prepare()
+        _prepare(builder)
         download = False
     info = builder.info
     num_examples = None
