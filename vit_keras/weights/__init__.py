@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable
 
 from vit_keras.configs import CLASSIFIER_POOLS, config_fields
-from vit_keras.model_class import VisionTransformer
+from vit_keras.model_class import VisionTransformer, config_of
 from vit_keras.weights import download, google, hf, hub, json_config, registry, timm, timm_eva
 from vit_keras.weights.assign import assign_params
 from vit_keras.weights.infer import infer_config_fields
@@ -300,11 +300,10 @@ def model_config(model):
         >>> model_config(vit_keras.ViTTi16(image_size=32)).hidden_size
         192
     """
-    config = model.vit_config if isinstance(model, VisionTransformer) else None
-    if config is None:
+    if not isinstance(model, VisionTransformer):
         raise ValueError(f"{getattr(model, 'name', model)!r} is not a vit_keras model (it carries no ViTConfig); "
                          "build it with vit_keras.ViT or vit_keras.from_pretrained.")
-    return config
+    return config_of(model)
 
 
 def _check_numerics(model, info: CheckpointInfo) -> None:

@@ -178,7 +178,7 @@ class GraphTokenizer(tf.Module):
                 raise UnsupportedPipeline(f"the model {kind!r}")
             self._normalizer = Normalizer(spec.get("normalizer"))
             self._pre_tokenizer = PreTokenizer(spec.get("pre_tokenizer"))
-            self._model = MODELS[kind](model_spec, source)
+            self._model = MODELS[kind](model_spec)
             self.prefix, self.suffix = _special_tokens(spec.get("post_processor"), _vocab_ids(spec))
             self._added = AddedTokens(spec.get("added_tokens") or [], self._normalizer)
         except UnsupportedPipeline as error:

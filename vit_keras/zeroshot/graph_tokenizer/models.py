@@ -17,9 +17,8 @@ UNIGRAM_UNK_PENALTY = 10.0  # tokenizers' Unigram: the unknown token scores the 
 class _Vocabulary(tf.Module):
     """Token → id, the byte-fallback tokens, and the expansion of the final tokens into ids."""
 
-    def __init__(self, vocab: dict, unk_id, byte_fallback: bool, fuse_unk: bool, source):
+    def __init__(self, vocab: dict, unk_id, byte_fallback: bool, fuse_unk: bool):
         super().__init__()
-        self.size = max(vocab.values()) + 1
         self.ids = table(list(vocab), list(vocab.values()), -1)
         self.unk_id, self.byte_fallback, self.fuse_unk = unk_id, byte_fallback, fuse_unk
         self.bytes = None
@@ -54,7 +53,7 @@ class _Vocabulary(tf.Module):
 
 
 class _BPE(tf.Module):
-    def __init__(self, spec, source):
+    def __init__(self, spec):
         super().__init__()
         vocab = spec["vocab"]
         unk = spec.get("unk_token")
@@ -67,8 +66,7 @@ class _BPE(tf.Module):
         if self.ignore_merges and self.suffix:
             raise UnsupportedPipeline("BPE ignore_merges with an end_of_word_suffix")
         self.vocabulary = _Vocabulary(vocab, vocab.get(unk) if unk is not None else None,
-                                      bool(spec.get("byte_fallback", False)), bool(spec.get("fuse_unk", False)),
-                                      source)
+                                      bool(spec.get("byte_fallback", False)), bool(spec.get("fuse_unk", False)))
         merges = [merge.split(" ", 1) if isinstance(merge, str) else merge for merge in spec["merges"]]
         keys = [f"{left}{_MERGE_SEPARATOR}{right}" for left, right in merges]
         # the first of two identical merges wins, as in the library
@@ -123,12 +121,12 @@ class _BPE(tf.Module):
 
 
 class _Unigram(tf.Module):
-    def __init__(self, spec, source):
+    def __init__(self, spec):
         super().__init__()
         vocab = spec["vocab"]
         pieces = {piece: index for index, (piece, _) in enumerate(vocab)}
         unk_id = spec.get("unk_id")
-        self.vocabulary = _Vocabulary(pieces, unk_id, bool(spec.get("byte_fallback", False)), True, source)
+        self.vocabulary = _Vocabulary(pieces, unk_id, bool(spec.get("byte_fallback", False)), True)
         scores = np.array([score for _, score in vocab], np.float64)
         self.scores = tf.constant(scores)
         self.unk_score = float(scores.min()) - UNIGRAM_UNK_PENALTY
