@@ -34,6 +34,12 @@ k, 4 registers, LayerScale, no position table), each at the settings it has, in 
 the report gives each library's DINOv3 images/s as a fraction of its own ViT-B/16's, the cost of RoPE and the
 registers.
 
+Keras' fit loop (`--suite training`): beside its `train_on_batch` rows, vit_keras runs `model.fit` over 8 batches
+per call (2 with `--quick`) from host memory, fed as `vit_keras.training.train` feeds it (a `tf.data` pipeline on
+TensorFlow, through the input path `vit_keras.training.device_prefetch` picks for the backend and hardware), at
+each backend and setting. The report gives each fit row's images/s as a fraction of `train_on_batch` on a batch
+already on the device at the same setting: what the fit loop and the input pipeline cost over the bare step.
+
 NaFlex (`--suite naflex`): a flexible vit_keras ViT-B/16 (`flexible=True`) runs its forward pass (float32, batches
 of `--batch-sizes`, default 8) over one fixed set of 32 images of mixed sizes and aspect ratios, once with every batch
 padded to N=256 patches (`naflex_map(...).batch(...)`) and once bucketed by patch count (`naflex_buckets` at every
@@ -261,15 +267,54 @@ def _run_keras_backend(case, min_seconds, min_calls):
     else:
         model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9, global_clipnorm=1.0),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=case["xla"])
-
-        def step():
-            keras.ops.convert_to_numpy(model.train_on_batch(images, labels))
+        if case.get("call") == "fit":
+            step, input_path = _fit_step(case, model, images, labels)
+            batch *= case["fit_steps"]
+        else:
+            def step():
+                keras.ops.convert_to_numpy(model.train_on_batch(images, labels))
     result = _time_calls(step, batch, min_seconds, min_calls)
+    if case.get("call") == "fit":
+        result["input_path"] = input_path
     result["parameters"] = int(model.count_params())
     result["backend_device"] = _backend_device(case["backend"])
     result["tf32_active"] = tf32
     result["attention_paths"] = _attention_paths_taken(model)
     return result
+
+
+# Batches per `model.fit` call in a fit row: enough that fit's per-call set-up (its epoch iterator, callbacks list
+# and data adapter) is shared by several steps, as in a real epoch, few enough for a CPU to time.
+FIT_STEPS = 8
+FIT_STEPS_QUICK = 2
+
+
+def _fit_step(case, model, host_images, host_labels):
+    """One call of `model.fit` over `case["fit_steps"]` batches from host memory, fed as `vit_keras.training.train`
+    feeds it: a `tf.data` pipeline on TensorFlow (a Python iterable elsewhere: the backend may have no TensorFlow),
+    through the input path `vit_keras.training.device_prefetch` chooses for the backend and hardware. Returns the
+    step and that path's description."""
+    sys.path.insert(0, REPO)
+    from vit_keras.training.device_prefetch import choose_input_path
+
+    steps = case["fit_steps"]
+    path = choose_input_path(case["backend"])
+    batches = [(host_images, host_labels)] * steps
+    if case["backend"] == "tensorflow":
+        import tensorflow as tf
+
+        def source():
+            return path.apply(tf.data.Dataset.from_tensors((host_images, host_labels)).repeat(steps))
+    elif path.builds:
+        def source():
+            return path.apply(batches)
+    else:
+        def source():  # Keras takes a Python generator on every backend
+            yield from batches
+
+    def step():
+        model.fit(source(), epochs=1, steps_per_epoch=steps, verbose=0)
+    return step, path.description
 
 
 def _to_device(backend, *arrays):
@@ -404,9 +449,15 @@ def _run_keras(case, min_seconds, min_calls):
         model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9, global_clipnorm=1.0),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=case["xla"])
 
-        def step():
-            model.train_on_batch(images, labels)
+        if case.get("call") == "fit":
+            step, input_path = _fit_step(case, model, host_images, rng.integers(0, CLASSES, batch))
+            batch *= case["fit_steps"]
+        else:
+            def step():
+                model.train_on_batch(images, labels)
     result = _time_calls(step, batch, min_seconds, min_calls)
+    if case.get("call") == "fit":
+        result["input_path"] = input_path
     result["parameters"] = int(model.count_params())
     result["tf32_active"] = tf32
     result["attention_paths"] = _attention_paths_taken(model)
@@ -914,6 +965,12 @@ def _cases(args):
                                        **({} if a == "auto" else {"attention": a}))
                                   for i in placements for t in _tf32_values(args, p) for x in settings
                                   for a in attention]
+                        if lib == "vit_keras" and args.suite == "training":  # Keras' fit loop around the step
+                            cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=x,
+                                           backend=backend, call="fit", input="host", tf32=t,
+                                           fit_steps=FIT_STEPS_QUICK if getattr(args, "quick", False) else FIT_STEPS,
+                                           architecture=args.architecture)
+                                      for t in _tf32_values(args, p) for x in settings]
                         if lib == "vit_keras" and backend == "tensorflow":  # what head_tokens_only gains
                             cases += [dict(task=args.suite, library=lib, batch=b, precision=p, xla=x,
                                            backend=backend, input="device", head_tokens_only=False,
@@ -1013,8 +1070,9 @@ def _setting(r) -> str:
         return _setting({**r, "head_tokens_only": True}) + ", all tokens"
     if r.get("tf32") is not None:
         return _setting({**r, "tf32": None}) + (", TF32" if r["tf32"] else ", no TF32")
-    if r.get("input") == "host" and r.get("call") != "predict" and r["library"] != "onnxruntime" \
-            and r.get("runtime", "keras") == "keras":
+    if r.get("call"):  # Keras' own loop (predict, fit) around the compiled function: NumPy or tf.data in
+        return f"{r['call']}, " + _setting({**r, "call": None, "input": "device"})
+    if r.get("input") == "host" and r["library"] != "onnxruntime" and r.get("runtime", "keras") == "keras":
         return _setting({**r, "input": "device"}) + ", from host"
     if r.get("attention"):
         return _setting({**r, "attention": None}) + f", {r['attention']} attention"
@@ -1033,8 +1091,7 @@ def _setting(r) -> str:
         return "JAX"
     if backend == "torch":
         return "PyTorch, torch.compile" if r["xla"] else "PyTorch, eager"
-    setting = "XLA" if r["xla"] else "no XLA"
-    return f"predict, {setting}" if r.get("call") == "predict" else setting
+    return "XLA" if r["xla"] else "no XLA"
 
 
 def _task(r) -> str:
@@ -1174,6 +1231,9 @@ def summarize(results) -> list:
         function = [r for r in function if r.get("call") != "predict"]
         if predict and function:  # Keras' predict loop against the compiled function it wraps
             row["predict_vs_function"] = round(predict[0]["images_per_s"] / function[0]["images_per_s"], 3)
+        fit_loop = _fit_vs_train_on_batch(mine)
+        if fit_loop:
+            row["fit_vs_train_on_batch"] = fit_loop
         all_tokens = [r for r in mine if r.get("head_tokens_only") is False and r["xla"]]
         if all_tokens and function:  # the same model and setting, every token of the last block computed
             row["head_tokens_only_gain"] = round(function[0]["images_per_s"] / all_tokens[0]["images_per_s"], 3)
@@ -1200,6 +1260,31 @@ def summarize(results) -> list:
         rows.append(row)
     _dinov3_cost(rows, best_by_library(results))
     return rows
+
+
+def _fit_vs_train_on_batch(rows) -> dict:
+    """{fit row's setting: {"ratio": its images/s ÷ those of `train_on_batch` at the same backend and setting on a
+    batch already on the device, "input_path": how fit's batches reached the step}}: what Keras' fit loop and the
+    input pipeline cost over the bare step.
+
+    Example:
+        >>> step = dict(library="vit_keras", backend="torch", xla=True, images_per_s=10.0)
+        >>> fit = {**step, "call": "fit", "input": "host", "images_per_s": 9.0, "input_path": "host"}
+        >>> _fit_vs_train_on_batch([step, fit])
+        {'fit, PyTorch, torch.compile': {'ratio': 0.9, 'input_path': 'host'}}
+    """
+    def setting(r):
+        return r.get("backend") or "tensorflow", r["xla"], r.get("tf32")
+
+    steps = {setting(r): r for r in rows if r.get("call") is None and not _from_host(r) and not r.get("attention")
+             and r.get("head_tokens_only", True) and r.get("runtime", "keras") == "keras"}
+    found = {}
+    for fit in (r for r in rows if r.get("call") == "fit"):
+        step = steps.get(setting(fit))
+        if step is not None:
+            found[_setting(fit)] = {"ratio": round(fit["images_per_s"] / step["images_per_s"], 3),
+                                    "input_path": fit.get("input_path")}
+    return found
 
 
 def _dinov3_cost(rows, best) -> None:
@@ -1549,6 +1634,9 @@ def main(argv=None) -> int:
             costs = ", ".join(f"{library} {ratio:.3f}" for library, ratio in row["dinov3_vs_vit"].items())
             print(f"DINOv3 at {row['task']} batch {row['batch']} ({row['precision']}): {costs} x the images/s of the "
                   "same library's ViT (RoPE, 4 registers, LayerScale)")
+        for setting, fit in row.get("fit_vs_train_on_batch", {}).items():
+            print(f"model.fit at batch {row['batch']} ({row['precision']}, {setting}): {fit['ratio']:.3f} x the "
+                  f"images/s of train_on_batch on a batch already on the device; input: {fit['input_path']}")
         if "head_tokens_only_gain" in row:
             print(f"head_tokens_only at {row['task']} batch {row['batch']} ({row['precision']}, XLA): "
                   f"{row['head_tokens_only_gain']:.3f} x the images/s of computing every token of the last block")

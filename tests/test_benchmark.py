@@ -94,16 +94,27 @@ def test_quick_training_benchmark_measures_vit_keras_and_timm_on_the_same_networ
     report, printed = _run(tmp_path, "--suite", "training", "--libraries", "vit_keras,timm", "--batch-sizes", "2",
                            "--precisions", "float32", "--xla", "on", "--torch-compile", "off", "--matmul-size", "0",
                            "--backends", "tensorflow")
-    by_library = {row["library"]: row for row in report["results"] if row.get("head_tokens_only", True)}
+    by_library = {row["library"]: row for row in report["results"]
+                  if row.get("head_tokens_only", True) and row.get("call") is None}
     assert set(by_library) == {"vit_keras", "timm"}, report["results"]
     assert [row["library"] for row in report["results"] if row.get("head_tokens_only") is False] == ["vit_keras"]
     for row in report["results"]:
         assert "skipped" not in row, row
         assert row["images_per_s"] > 0 and row["peak_rss_mib"] > 0
     assert by_library["vit_keras"]["parameters"] == by_library["timm"]["parameters"]
-    ours = max(row["images_per_s"] for row in report["results"] if row["library"] == "vit_keras")  # its best
+    # Its best: the step on a batch on the device (fit's row is fed from host memory and reported apart).
+    ours = max(row["images_per_s"] for row in report["results"]
+               if row["library"] == "vit_keras" and row.get("call") is None)
     ratio = ours / by_library["timm"]["images_per_s"]
     assert f"| {ratio:.2f} |" in printed
+    # Keras' fit loop, fed as training.train feeds it, beside train_on_batch at the same setting.
+    (fit,) = [row for row in report["results"] if row.get("call") == "fit"]
+    assert fit["input_path"] == "host (no accelerator)" and fit["fit_steps"] == 2
+    step = by_library["vit_keras"]
+    (summary,) = report["summary"]
+    assert summary["fit_vs_train_on_batch"] == {"fit, XLA": {
+        "ratio": round(fit["images_per_s"] / step["images_per_s"], 3), "input_path": "host (no accelerator)"}}
+    assert "model.fit at batch 2 (float32, fit, XLA)" in printed
 
 
 @pytest.mark.slow
@@ -151,6 +162,14 @@ def test_quick_benchmark_runs_vit_keras_exported_to_tflite_and_onnx_runtime(tmp_
     assert summary["vit_keras"] == max(row["images_per_s"] for row in rows.values())
     assert "vit_keras_by_backend" not in summary  # exported runs are not a Keras backend's
     assert "| TFLite |" in printed and "| ONNX Runtime |" in printed
+
+
+def test_the_scripts_docstring_examples_run():
+    """scripts/ is outside the doctest paths of the suite: the benchmark's examples are run here."""
+    import doctest
+
+    results = doctest.testmod(_script(), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert results.failed == 0 and results.attempted >= 14, results
 
 
 def test_b16_costs_the_papers_35_gflop_per_image():
@@ -222,6 +241,11 @@ def test_on_a_gpu_every_float32_row_runs_with_and_without_tf32_and_the_peak_fall
     assert {("timm", "float32", "torch.compile, TF32"), ("timm", "float32", "torch.compile, no TF32"),
             ("vit_keras", "bfloat16", "JAX"), ("vit_keras", "bfloat16", "JAX, keras attention"),
             ("keras-hub", "float32", "PyTorch, torch.compile, no TF32")} <= settings
+    # Keras' fit loop around vit_keras' step on each backend, fed from host memory as training.train feeds it.
+    assert {("vit_keras", "bfloat16", "fit, JAX"), ("vit_keras", "bfloat16", "fit, PyTorch, torch.compile"),
+            ("vit_keras", "float32", "fit, JAX, TF32")} <= settings
+    assert {c["input"] for c in cases if c.get("call") == "fit"} == {"host"}
+    assert not any(c.get("call") for c in cases if c["library"] != "vit_keras")
     assert not any(c.get("attention") for c in cases if c["library"] != "vit_keras")  # vit_keras' own setting
     # No TensorFlow: the peak is jax.numpy.matmul's, jitted, in each precision the run measures.
     peaks = script._peak_cases(args)
@@ -476,7 +500,11 @@ def test_the_gpu_script_runs_without_tensorflow(tmp_path):
         outputs += done.stdout
     assert '"keras_backend": "jax"' in outputs and '"attention": {' in outputs  # the check part
     reports = {path.name: json.loads(path.read_text()) for path in (tmp_path / "out").iterdir()}
-    assert sorted(reports) == ["gpu-training-bfloat16-quick.json"]
+    assert sorted(reports) == ["attention_paths-jax.json", "attention_paths-torch.json",
+                               "gpu-training-bfloat16-quick.json"]
+    # The check part compared each attention path of JAX and PyTorch with the einsum path, within the bounds.
+    assert "every path within its bound" in outputs
+    assert {name.split()[1] for name in reports["attention_paths-torch.json"]["compared"]} == {"keras", "sdpa"}
     peers = {"vit_keras", "timm"} | ({"keras-hub"} if importlib.util.find_spec("keras_hub") else set())
     training = reports["gpu-training-bfloat16-quick.json"]
     assert training["machine"]["keras_backend"] == "jax" and "tensorflow" not in training["machine"]["versions"]
@@ -487,6 +515,11 @@ def test_the_gpu_script_runs_without_tensorflow(tmp_path):
     (summary,) = training["summary"]
     assert set(summary["mfu"]) == peers and set(summary["from_host"]) == set(summary["mfu"])
     # vit_keras at its own attention path and forced onto Keras' own, each from the device and from host.
-    vit_keras = [(row["input"], row.get("attention")) for row in measured if row["library"] == "vit_keras"]
+    vit_keras = [(row["input"], row.get("attention")) for row in measured
+                 if row["library"] == "vit_keras" and row.get("call") is None]
     assert sorted(vit_keras, key=str) == sorted([("device", None), ("device", "keras"), ("host", None),
                                                  ("host", "keras")], key=str)
+    # And Keras' fit loop around its step, from host, as training.train feeds it (no TensorFlow: a generator).
+    (fit,) = [row for row in measured if row.get("call") == "fit"]
+    assert fit["backend"] == "jax" and fit["input_path"] == "host (no accelerator)"
+    assert set(summary["fit_vs_train_on_batch"]) == {"fit, JAX"}
