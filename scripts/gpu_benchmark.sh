@@ -5,10 +5,14 @@
 #
 # PART (default all): check | inference | training | attention | all. Each part is one scripts/benchmark.py run of a
 # few minutes on an H100/H200, so that a short GPU lease can take one part at a time:
-#   check      the device and the choices made for it: vit_keras.hardware.summary() (GPU, precision, attention path)
+#   check      the device and the choices made for it: vit_keras.hardware.summary() (GPU, precision, attention path);
+#              then each attention path on the device's own kernels against the explicit einsum path, on JAX and
+#              PyTorch (tests/attention_path_worker.py --check: one block, float32 and bfloat16, forward and
+#              gradient, within each precision's bound; the part fails otherwise)
 #   inference  ViT-B/16, batch 64: bfloat16 with the input on the device and from host, vit_keras at its automatic
 #              attention path and at Keras' own ("keras", the earlier default); float32 with TF32 off and on
-#   training   the fine-tuning step, batch 64, bfloat16, the same settings as inference; MFU against the matmul peak
+#   training   the fine-tuning step, batch 64, bfloat16, the same settings as inference; MFU against the matmul peak;
+#              and model.fit around the step (8 batches per call from host memory), as a fraction of the bare step
 #   attention  one encoder block per attention path on JAX (einsum, keras, cudnn), forward and forward+backward
 # OUTPUT_DIR (default benchmarks/) receives one JSON per part, named for the machine (scripts/benchmark.py).
 # --quick: a tiny model and short timings (checks the script in a minute on a CPU; the numbers mean nothing).
@@ -70,6 +74,10 @@ print(json.dumps({"keras_backend": keras.backend.backend(), "kind": kind, "preci
                   "jit_compile": choice.jit_compile, "precision_reason": choice.reason, **hardware.summary()},
                  indent=1))
 EOF
+  for backend in jax torch; do
+    echo "== attention paths on $backend against einsum"
+    KERAS_BACKEND=$backend "$PYTHON" tests/attention_path_worker.py --out "$OUTPUT_DIR" --check || exit 1
+  done
 fi
 if [ "$PART" = inference ] || [ "$PART" = all ]; then
   run inference-bfloat16 --suite inference --precisions bfloat16 --libraries vit_keras,keras-hub,timm \

@@ -1,9 +1,16 @@
 """Run in a process of its own by tests/test_attention_path.py, with KERAS_BACKEND set: each attention path of
 that backend against the explicit einsum path, on one transformer block, in float32 and mixed bfloat16.
 
-Writes `<out>/attention_paths.json`: per case, the largest absolute difference from the einsum path's block output
-(and, for the training case, from its input gradient), the path each layer reports, and the magnitude of the
-compared values (for the bounds' scale).
+Writes `<out>/attention_paths-<backend>.json`: per case, the largest absolute difference from the einsum path's
+block output (and, for the training case, from its input gradient), the path each layer reports, and the magnitude
+of the compared values (for the bounds' scale). On a GPU (`scripts/gpu_benchmark.sh check`) the same comparison runs
+on the device's own kernels (cuDNN flash attention on JAX, SDPA's CUDA kernels on PyTorch); `--check` prints each
+case against its bound and exits 1 when one is exceeded.
+
+The bounds, relative to the largest magnitude of the compared values ("scale"): float32 16 ulps (16 x 2^-23 =
+1.9e-6; the paths sum in other orders: measured at most 2.9e-7 on a CPU, SDPA's gradient); bfloat16 4 ulps
+(4 x 2^-7 = 3.1e-2; outputs rounded to bfloat16 land one or two ulps apart: measured 6.2e-3 forward, 9.7e-3
+gradient on a CPU).
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from vit_keras import hardware  # noqa: E402
 from vit_keras.layers import TransformerBlock, attention_path  # noqa: E402
 from vit_keras.layers.rope import RotaryEmbedding2D  # noqa: E402
 
+FLOAT32_BOUND = 16 * 2.0**-23
+BFLOAT16_BOUND = 4 * 2.0**-7
 TOKENS = 197  # ViT-B/16 at 224 px: 14 x 14 patches and the class token (not a multiple of cuDNN's 16)
 WIDTH, HEADS = 64, 4  # head size 16
 
@@ -75,17 +84,28 @@ def _input_gradient(path, rope):
     return inputs.grad.numpy()
 
 
-def _ropes(policy):
-    # RoPE under mixed_bfloat16 on PyTorch fails before the attention (rope.rotation_tables multiplies the bfloat16
-    # tables by a NumPy array, which PyTorch refuses): the paths are compared there without RoPE.
-    return (False,) if policy != "float32" and keras.backend.backend() == "torch" else (False, True)
+def bound(name: str) -> float:
+    """The relative bound of a compared case, by its precision (see the module's text)."""
+    return FLOAT32_BOUND if name.startswith("float32") else BFLOAT16_BOUND
+
+
+def outside_bounds(compared: dict) -> list:
+    """The cases whose difference from the einsum path exceeds their bound, or whose layer ran another path than
+    the one asked for."""
+    wrong = []
+    for name, result in compared.items():
+        if result["max_abs_diff"] > bound(name) * result["scale"]:
+            wrong.append(f"{name}: {result['max_abs_diff']:.3g} > {bound(name) * result['scale']:.3g}")
+        if "taken" in result and result["taken"] != name.split()[1]:
+            wrong.append(f"{name}: the layer ran {result['taken']!r}")
+    return wrong
 
 
 def compare(paths) -> dict:
     results = {}
     for policy in ("float32", "mixed_bfloat16"):
         keras.mixed_precision.set_global_policy(policy)
-        for rope in _ropes(policy):
+        for rope in (False, True):
             for masked in (False, True):
                 for query_tokens in (None, 1):
                     reference, _ = _forward("einsum", rope, masked, query_tokens)
@@ -95,8 +115,8 @@ def compare(paths) -> dict:
                         results[name] = {"max_abs_diff": float(np.abs(output - reference).max()), "taken": taken,
                                          "scale": float(np.abs(reference).max())}
         for path in paths:
-            reference = _input_gradient("einsum", rope=_ropes(policy)[-1])
-            gradient = _input_gradient(path, rope=_ropes(policy)[-1])
+            reference = _input_gradient("einsum", rope=True)
+            gradient = _input_gradient(path, rope=True)
             results[f"{policy} {path} gradient"] = {"max_abs_diff": float(np.abs(gradient - reference).max()),
                                                    "scale": float(np.abs(reference).max())}
     keras.mixed_precision.set_global_policy("float32")
@@ -177,24 +197,35 @@ def main(argv=None):
     parser.add_argument("--pretend-gpu", action="store_true",
                         help="JAX: report an NVIDIA GPU of compute capability 9.0 and run the cuDNN path's padding "
                         "and masking with XLA's implementation, which this CPU has")
+    parser.add_argument("--check", action="store_true",
+                        help="print each compared case against its bound; exit 1 when one is exceeded")
     args = parser.parse_args(argv)
     backend = keras.backend.backend()
     paths = ["keras", "sdpa"] if backend == "torch" else ["keras"]
     if args.pretend_gpu:
         attention_path.device = lambda backend: ("gpu", (9, 0))
         attention_path.padded_attention = functools.partial(attention_path.padded_attention, implementation="xla")
+    platform, capability = attention_path.device(backend)
+    if backend == "jax" and platform == "gpu" and tuple(capability or (0, 0)) >= attention_path.FIRST_CUDNN_GPU:
         paths.append("cudnn")
-    report = {"backend": backend, "automatic": automatic(), "paths": paths,
+    report = {"backend": backend, "device": [platform, capability], "automatic": automatic(), "paths": paths,
               "summary": hardware.summary()["attention"]}
     report["compared"] = compare([p for p in paths if p != "cudnn"])
     if backend == "jax":
         report["padding"] = padding_maths()
-    if args.pretend_gpu:  # cuDNN computes in half precision only: its float32 calls are refused (see automatic)
+    if "cudnn" in paths:  # cuDNN computes in half precision only: its float32 calls are refused (see automatic)
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
         report["compared"].update({k: v for k, v in compare_bfloat16_only("cudnn").items()})
-    with open(os.path.join(args.out, "attention_paths.json"), "w") as file:
+    with open(os.path.join(args.out, f"attention_paths-{backend}.json"), "w") as file:
         json.dump(report, file, indent=1)
     print(f"KERAS_BACKEND={backend} done")
+    if args.check:
+        for name, result in report["compared"].items():
+            print(f"  {name:<70} {result['max_abs_diff'] / result['scale']:.2e} of scale (bound {bound(name):.1e})")
+        wrong = outside_bounds(report["compared"])
+        print("\n".join(["outside the bounds:", *wrong]) if wrong else "every path within its bound")
+        return 1 if wrong else 0
+    return 0
 
 
 def compare_bfloat16_only(path) -> dict:
@@ -215,4 +246,4 @@ def compare_bfloat16_only(path) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
