@@ -361,3 +361,30 @@ def test_siglip_text_tower_ignores_a_padding_mask_as_its_reference(models, case=
 def test_classify_refuses_an_empty_class_list_or_label(models, labels, words):
     with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
         models["clip"].classify(cases.normalised_images("clip"), labels)
+
+
+def test_the_image_tower_is_built_from_the_checkpoint_as_read_without_writing_it(models, tmp_path, monkeypatch):
+    """The vision tower's config and tensors go to `vit_keras.from_pretrained` from memory: no temporary copy of
+    them is written (a SigLIP so400m tower is 1.7 GB), the model is the one the reference case holds (above), and a
+    vision config vit_keras cannot run is refused naming the checkpoint's config.json."""
+    import tempfile
+
+    from vit_keras.zeroshot.hf_reader import read_checkpoint
+    from vit_keras.zeroshot.vision import image_model, vision_tower
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    directory = os.path.join(cases.case_dir("siglip"), "checkpoint")
+    checkpoint = read_checkpoint(directory)
+    image = cases.normalised_images("siglip")
+    built = image_model(checkpoint, include_preprocessing=False)
+    assert list(scratch.iterdir()) == []
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(built(image)),
+                                  keras.ops.convert_to_numpy(models["siglip"].image_model(image)))
+    info = vision_tower(checkpoint)
+    assert info.normalization == ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))  # the family's, without a preprocessor file
+    checkpoint.vision_config["hidden_act"] = "relu"
+    config_file = re.escape(os.path.join(directory, "config.json"))
+    with pytest.raises(ValueError, match=config_file + ".*'hidden_act' is 'relu'"):
+        vision_tower(checkpoint)

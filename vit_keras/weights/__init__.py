@@ -114,21 +114,38 @@ _RADIO_PREPROCESSING = ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
 def _hf_info(directory) -> CheckpointInfo:
     config = hf.read_config(directory)
     tensors = hf.read_tensors(directory)  # first: a pickle-only directory is refused as such
-    fields = hf.architecture(config, directory)
+    return hf_checkpoint_info(config, tensors, path=directory,
+                              normalization=hf.preprocessor_normalization(directory))
+
+
+def hf_checkpoint_info(config: dict, tensors: dict, *, path: str, normalization: tuple | None = None) -> CheckpointInfo:
+    """What a transformers checkpoint already in memory says: its config.json as a dict and its tensors (a
+    `save_pretrained` directory's, or an image-text model's vision tower, which `vit_keras.from_pretrained` then
+    builds from this without writing it anywhere). `path` names the checkpoint in messages (config.json is taken to
+    sit in it); `normalization` is its image processor's (mean, std) (`hf.normalization_of`). A config vit_keras
+    cannot run is refused here, as from a directory (`hf.architecture` checks what it reads).
+
+    Example:
+        >>> from vit_keras.weights.hf import read_config, read_tensors
+        >>> directory = "tests/fixtures/hf_dir/hf_model"
+        >>> info = hf_checkpoint_info(read_config(directory), read_tensors(directory), path=directory)
+        >>> info.format, info.classes, info.source_grid
+        ('hf', 7, (8, 8))
+    """
+    fields = hf.architecture(config, path)
     params = hf.canonicalize(tensors, config)
     if "pre_logits/bias" in params:
         fields["representation_size"] = _shape_or_none(params, "pre_logits/bias")
-    grid = _stored_grid(fields, os.path.join(directory, hf.CONFIG_NAME))
+    grid = _stored_grid(fields, os.path.join(path, hf.CONFIG_NAME))
     naflex = config.get("model_type") in hf.NAFLEX_MODEL_TYPES
     return CheckpointInfo(
-        path=directory, format="hf", activation=fields["activation"],
+        path=path, format="hf", activation=fields["activation"],
         layer_norm_epsilon=fields["layer_norm_epsilon"],
         classes=_shape_or_none(params, "head/bias"), representation_size=fields.get("representation_size"),
         source_grid=grid, reader=lambda num_heads: params, architecture=fields,
         default_interpolation="bilinear_antialias" if naflex else "bicubic", native_aspect=naflex,
         # RADIO normalises inside the model (its input conditioner): the preprocessing only scales to [0, 1].
-        normalization=(_RADIO_PREPROCESSING if fields.get("input_normalization") is not None
-                       else hf.preprocessor_normalization(directory)),
+        normalization=_RADIO_PREPROCESSING if fields.get("input_normalization") is not None else normalization,
     )
 
 
@@ -431,5 +448,5 @@ def list_weights(variant: str | None = None) -> list[WeightsEntry]:
 
 
 __all__ = ["CheckpointInfo", "architecture_of", "model_config", "check_interpolation", "check_source_grid", "describe",
-           "grid_interpolation", "list_weights", "stored_grid",
+           "grid_interpolation", "hf_checkpoint_info", "list_weights", "stored_grid",
            "load_into", "load_weights"]

@@ -103,7 +103,17 @@ def preprocessor_normalization(path: str) -> tuple | None:
     file = os.path.join(path, hub.PREPROCESSOR_NAME)
     if not os.path.isfile(file):
         return None
-    config = json_config.load(file)
+    return normalization_of(json_config.load(file), file)
+
+
+def normalization_of(config: dict, file: str) -> tuple:
+    """The (mean, std) an image processor's config (a `preprocessor_config.json`, named by `file` in messages)
+    normalises [0, 1] images with.
+
+    Example:
+        >>> normalization_of({"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}, "preprocessor.json")
+        ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    """
     if config.get("do_normalize", True) is False:
         return (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
     rescale = config.get("rescale_factor", 1 / 255)

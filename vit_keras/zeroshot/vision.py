@@ -1,6 +1,6 @@
-"""The image tower of an image-text checkpoint, built by `vit_keras.from_pretrained` from the vision tower's own
-checkpoint (its `vision_config` and `vision_model.*` tensors, written as the vision tower's directory), with the
-family's pooler and CLIP's `visual_projection` after it.
+"""The image tower of an image-text checkpoint, built by `vit_keras.from_pretrained` from the vision tower's
+config (`vision_config`) and tensors (`vision_model.*`) as they were read, with the family's pooler and CLIP's
+`visual_projection` after it.
 
 Example:
     >>> from vit_keras.zeroshot.hf_reader import read_checkpoint
@@ -11,32 +11,34 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 
 import keras
 
 import vit_keras
-from vit_keras.zeroshot.hf_reader import CONFIG_NAME, PREPROCESSOR_NAME, WEIGHTS_NAME, Checkpoint
+from vit_keras import weights
+from vit_keras.weights import hf
+from vit_keras.zeroshot.hf_reader import PREPROCESSOR_NAME, Checkpoint
 
 IMAGE_MODEL_NAME = "image_model"
 
 
-def _write_vision_directory(checkpoint: Checkpoint, directory: str) -> None:
-    """The vision tower as transformers' `save_pretrained` would write it alone: config.json (model_type the
-    vision tower's), its tensors, and the image processor's normalisation (the checkpoint's own, else the family's
-    default)."""
-    from safetensors.numpy import save_file
+def vision_tower(checkpoint: Checkpoint) -> weights.CheckpointInfo:
+    """The vision tower as `vit_keras.from_pretrained` reads a transformers directory of it alone (config.json with
+    the tower's `model_type`, its tensors, and the image processor's normalisation: the checkpoint's own, else the
+    family's default), taken from the checkpoint already in memory.
 
+    Example:
+        >>> from vit_keras.zeroshot.hf_reader import read_checkpoint
+        >>> vision_tower(read_checkpoint("tests/fixtures/zeroshot/siglip/checkpoint")).architecture["hidden_size"]
+        32
+    """
     config = {**checkpoint.vision_config, "model_type": checkpoint.family.vision_model_type}
-    with open(os.path.join(directory, CONFIG_NAME), "w", encoding="utf-8") as f:
-        json.dump(config, f)
-    save_file(checkpoint.vision_tensors, os.path.join(directory, WEIGHTS_NAME))
     preprocessor = checkpoint.preprocessor or {"do_normalize": True, "image_mean": list(checkpoint.family.mean),
                                                "image_std": list(checkpoint.family.std)}
-    with open(os.path.join(directory, PREPROCESSOR_NAME), "w", encoding="utf-8") as f:
-        json.dump(preprocessor, f)
+    normalization = hf.normalization_of(preprocessor, os.path.join(checkpoint.path, PREPROCESSOR_NAME))
+    return weights.hf_checkpoint_info(config, checkpoint.vision_tensors, path=checkpoint.path,
+                                      normalization=normalization)
 
 
 def image_model(checkpoint: Checkpoint, *, include_preprocessing: bool = True, image_size=None,
@@ -45,11 +47,10 @@ def image_model(checkpoint: Checkpoint, *, include_preprocessing: bool = True, i
     `include_preprocessing`, else normalised with the checkpoint's mean/std; the NaFlex dict with `flexible` for
     SigLIP 2) → projected image features (batch, E), not normalised.
     """
-    with tempfile.TemporaryDirectory(prefix="vit_keras_vision_") as directory:
-        _write_vision_directory(checkpoint, directory)
-        kwargs = {"flexible": True} if flexible else {"image_size": image_size}
-        vision = vit_keras.from_pretrained(directory, include_top=False, pooling=checkpoint.family.vision_pooling,
-                                           include_preprocessing=include_preprocessing, **kwargs)
+    kwargs = {"flexible": True} if flexible else {"image_size": image_size}
+    vision = vit_keras.from_pretrained(vision_tower(checkpoint), include_top=False,
+                                       pooling=checkpoint.family.vision_pooling,
+                                       include_preprocessing=include_preprocessing, **kwargs)
     features = vision.output
     projection = checkpoint.family.visual_projection
     if projection is not None:
