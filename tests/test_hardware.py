@@ -76,6 +76,29 @@ def test_auto_precision_on_cpus(cpuinfo, expected):
     assert plan.notes == (f"precision auto: {choice.reason}",)
 
 
+@pytest.mark.parametrize(
+    "environ, backend, expected",
+    [
+        # oneDNN capped below its bfloat16 kernels: bfloat16 emulated (or, on TensorFlow, a crashed process).
+        ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, "tensorflow", ("float32", True)),
+        ({"ONEDNN_MAX_CPU_ISA": "avx512_core"}, "torch", ("float32", True)),
+        ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "tensorflow", ("float32", True)),  # TensorFlow's Eigen kernels
+        # Caps at or above the bfloat16 kernels, and settings the backend does not read, change nothing.
+        ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, "tensorflow", ("mixed_bfloat16", False)),
+        ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, "torch", ("mixed_bfloat16", True)),
+        ({"ONEDNN_MAX_CPU_ISA": "ALL"}, "tensorflow", ("mixed_bfloat16", False)),
+        ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "torch", ("mixed_bfloat16", True)),
+    ],
+)
+def test_onednn_kept_off_the_bfloat16_instructions_means_float32(environ, backend, expected):
+    choice = hardware.choose_precision("CPU", machine(SAPPHIRE_RAPIDS), environ=environ, backend=backend)
+    assert (choice.policy, choice.jit_compile) == expected, choice
+    if expected[0] == "float32":
+        assert "has native bfloat16 instructions, but" in choice.reason and next(iter(environ)) in choice.reason
+        # Asked for by name, bfloat16 is emulated there: XLA is the faster of the two, as on an AVX2 CPU.
+        assert hardware.xla_pays("CPU", "mixed_bfloat16", machine(SAPPHIRE_RAPIDS), backend, environ) == (True, None)
+
+
 def test_the_recorded_note_says_why():
     plan = training.plan_execution(OneReplica(), "auto", kind="CPU", machine=machine(AVX2_EPYC), environ={})
     assert "AMD EPYC (avx2, fma) has no native bfloat16 instructions" in plan.notes[0]

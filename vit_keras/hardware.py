@@ -9,6 +9,8 @@ The rule (measured with `scripts/benchmark.py`, ViT-B/16; docs/performance.md ha
   PyTorch: `mixed_bfloat16` with `torch.compile` (`jit_compile=True`): its matmuls use oneDNN's bfloat16 kernels
   compiled or not, and compiling fuses the rest.
   JAX: `float32` (always compiled): XLA is its only runtime, and bfloat16 measured no faster than float32 there.
+  Where this process keeps oneDNN off those instructions (`ONEDNN_MAX_CPU_ISA` below AVX512_CORE_BF16, or
+  `TF_ENABLE_ONEDNN_OPTS=0` on TensorFlow), bfloat16 is emulated: the CPU is treated as one without them.
 - Any other CPU (AVX2, or AVX-512 without BF16, or flags that cannot be read): `float32` with XLA. bfloat16
   is emulated there: 3.4x slower than float32 + XLA at batch 1 (1.30 against 4.38 images/s) and 2.6x at 16.
 - GPU: `mixed_bfloat16` from compute capability 8.0 (Ampere) on, `mixed_float16` with loss scaling on 7.x
@@ -44,6 +46,14 @@ BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")
 # The flags worth recording next to a measurement: what the matmul kernels can use.
 REPORTED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_bf16",
                   "amx_int8", "bf16", "i8mm", "sve")
+# oneDNN's instruction-set caps (`ONEDNN_MAX_CPU_ISA`), lowest first, and the first at which its bfloat16 matmuls
+# use the CPU's bfloat16 instructions: under a lower cap they are emulated, or on TensorFlow 2.21 the process dies
+# (a bfloat16 tf.matmul under ONEDNN_MAX_CPU_ISA=AVX2 on an AMX Xeon: segmentation fault).
+ONEDNN_ISA_VARIABLE = "ONEDNN_MAX_CPU_ISA"
+ONEDNN_ISAS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
+               "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512", "AVX512_CORE_AMX", "AVX10_1_512_AMX",
+               "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX_FP16")
+FIRST_BFLOAT16_ONEDNN_ISA = "AVX512_CORE_BF16"
 FIRST_BFLOAT16_GPU = (8, 0)  # Ampere: bfloat16 tensor cores
 FIRST_FLOAT16_GPU = (7, 0)  # Volta: float16 tensor cores
 
@@ -262,23 +272,51 @@ class PrecisionChoice:
     reason: str
 
 
+def onednn_bfloat16_off(backend: str, environ=None) -> str | None:
+    """Why this process's oneDNN settings keep bfloat16 matmuls off the CPU's bfloat16 instructions, or None:
+    `ONEDNN_MAX_CPU_ISA` capped below AVX512_CORE_BF16 (TensorFlow and PyTorch), or `TF_ENABLE_ONEDNN_OPTS=0`
+    (TensorFlow's own Eigen kernels, which emulate bfloat16).
+
+    Example:
+        >>> onednn_bfloat16_off("tensorflow", {"ONEDNN_MAX_CPU_ISA": "AVX2"})
+        'ONEDNN_MAX_CPU_ISA=AVX2 caps oneDNN below its bfloat16 kernels (AVX512_CORE_BF16)'
+        >>> onednn_bfloat16_off("tensorflow", {}) is None
+        True
+    """
+    environ = os.environ if environ is None else environ
+    cap = environ.get(ONEDNN_ISA_VARIABLE, "").strip().upper()
+    if cap in ONEDNN_ISAS and ONEDNN_ISAS.index(cap) < ONEDNN_ISAS.index(FIRST_BFLOAT16_ONEDNN_ISA) \
+            and backend in ("tensorflow", "torch"):
+        return f"{ONEDNN_ISA_VARIABLE}={cap} caps oneDNN below its bfloat16 kernels ({FIRST_BFLOAT16_ONEDNN_ISA})"
+    if backend == "tensorflow" and environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower() in ("0", "false"):
+        return "TF_ENABLE_ONEDNN_OPTS=0 turns TensorFlow's oneDNN kernels off (its own emulate bfloat16)"
+    return None
+
+
+def _native_bfloat16(cpu: CpuInfo, backend: str, environ=None) -> bool:
+    """The CPU has bfloat16 instructions and this process's matmuls for `backend` can use them."""
+    return cpu.native_bfloat16 and onednn_bfloat16_off(backend, environ) is None
+
+
 def xla_pays(kind: str, policy: str, detected: Machine | None = None,
-             backend: str | None = None) -> tuple[bool, str | None]:
+             backend: str | None = None, environ=None) -> tuple[bool, str | None]:
     """Whether compiling with XLA is faster for `policy` on `kind`, and the reason when it is not.
 
     Only one case loses: bfloat16 on a CPU with native bfloat16 instructions on TensorFlow, where oneDNN's bfloat16
     matmuls (used without XLA) are 1.6x faster than XLA's CPU GEMM. Where bfloat16 is emulated, XLA is 2x faster.
     `backend` (default: the Keras backend in use) decides what compiling means: on PyTorch it is `torch.compile`,
-    which keeps oneDNN's matmuls, and JAX always compiles with XLA.
+    which keeps oneDNN's matmuls, and JAX always compiles with XLA. `environ` (default `os.environ`): where oneDNN
+    is capped below its bfloat16 kernels or off (`onednn_bfloat16_off`), bfloat16 is emulated and XLA pays.
 
     Example:
         >>> xla_pays("CPU", "float32", Machine(cpu=CpuInfo("", frozenset(), "unknown")))
         (True, None)
     """
-    if kind != "CPU" or policy != "mixed_bfloat16" or _keras_backend(backend) in ("torch", "jax"):
+    backend = _keras_backend(backend)
+    if kind != "CPU" or policy != "mixed_bfloat16" or backend in ("torch", "jax"):
         return True, None
     cpu = (detected or machine()).cpu
-    if cpu.native_bfloat16:
+    if _native_bfloat16(cpu, backend, environ):
         return False, (f"XLA off: on {cpu.describe()}, TensorFlow's oneDNN bfloat16 kernels beat XLA's "
                        "(ViT-B/16 fine-tune step 1.6x faster without XLA)")
     return True, None
@@ -292,7 +330,7 @@ def _keras_backend(backend: str | None) -> str:
     return keras.backend.backend()
 
 
-def _native_bfloat16_cpu_choice(cpu: CpuInfo, backend: str, detected: Machine) -> PrecisionChoice:
+def _native_bfloat16_cpu_choice(cpu: CpuInfo, backend: str, detected: Machine, environ) -> PrecisionChoice:
     """The precision for a CPU with avx512_bf16/AMX: what each Keras backend computes fastest there."""
     if backend == "jax":
         return PrecisionChoice("float32", True, f"float32 with XLA: on JAX every model runs through XLA, whose CPU "
@@ -303,7 +341,7 @@ def _native_bfloat16_cpu_choice(cpu: CpuInfo, backend: str, detected: Machine) -
                                f"mixed_bfloat16 with torch.compile: {cpu.describe()} has native bfloat16 "
                                "instructions, which PyTorch's oneDNN matmuls use compiled or not, and torch.compile "
                                "fuses the rest")
-    _, why_not = xla_pays("CPU", "mixed_bfloat16", detected, backend)
+    _, why_not = xla_pays("CPU", "mixed_bfloat16", detected, backend, environ)
     return PrecisionChoice("mixed_bfloat16", False,
                            f"mixed_bfloat16: {cpu.describe()} has native bfloat16 instructions "
                            f"(1.6x faster than float32); {why_not}")
@@ -313,7 +351,8 @@ def choose_precision(kind: str, detected: Machine | None = None, environ=None,
                      backend: str | None = None) -> PrecisionChoice:
     """The fastest dtype policy and XLA setting for one `kind` of device ("CPU", "GPU" or "TPU") here.
 
-    `VIT_KERAS_PRECISION` (in `environ`, default `os.environ`) takes precedence; see the module docstring for
+    `VIT_KERAS_PRECISION` (in `environ`, default `os.environ`) takes precedence, and oneDNN's settings there
+    (`onednn_bfloat16_off`) decide whether a CPU's bfloat16 instructions are used; see the module docstring for
     the rule and the measurements behind it. `backend` is the Keras backend the model runs on (default: the one in
     use); it matters on CPUs with native bfloat16, where each backend's fastest setting differs.
 
@@ -327,7 +366,7 @@ def choose_precision(kind: str, detected: Machine | None = None, environ=None,
     backend = _keras_backend(backend)
     override = precision_override(environ)
     if override is not None:
-        jit, why_not = xla_pays(kind, override, detected, backend)
+        jit, why_not = xla_pays(kind, override, detected, backend, environ)
         reason = f"{override} from {ENVIRONMENT_VARIABLE}" + (f"; {why_not}" if why_not else "")
         return PrecisionChoice(override, jit, reason)
     if kind == "TPU":
@@ -347,8 +386,11 @@ def choose_precision(kind: str, detected: Machine | None = None, environ=None,
         return PrecisionChoice("float32", True, f"float32 with XLA: {named} has no tensor cores, where half "
                                                 "precision is no faster")
     cpu = detected.cpu
+    if _native_bfloat16(cpu, backend, environ):
+        return _native_bfloat16_cpu_choice(cpu, backend, detected, environ)
     if cpu.native_bfloat16:
-        return _native_bfloat16_cpu_choice(cpu, backend, detected)
+        return PrecisionChoice("float32", True, f"float32 with XLA: {cpu.describe()} has native bfloat16 "
+                                                f"instructions, but {onednn_bfloat16_off(backend, environ)}")
     if not cpu.known:
         return PrecisionChoice("float32", True, f"float32 with XLA: the instruction set of {cpu.describe()} could "
                                                 "not be read, and bfloat16 is only faster with avx512_bf16/AMX")

@@ -222,7 +222,7 @@ def plan_execution(strategy, precision: str = "auto", jit_compile: bool = True, 
     if kind == "CPU" and replicas > 1 and jit_compile:
         jit_compile = False
         departures.append("XLA off: several CPU replicas cannot share one XLA program")
-    pays, why_not = hardware.xla_pays(kind, policy, detected)
+    pays, why_not = hardware.xla_pays(kind, policy, detected, environ=environ)
     if jit_compile and not pays:
         jit_compile = False
         if precision != "auto":  # the automatic choice's note already says so
@@ -254,12 +254,12 @@ def plan_inference(model=None, precision: str = "auto", kind: str | None = None,
     kind = kind or hardware.default_kind(detected)
     if model is not None:
         policy = model.dtype_policy.name
-        pays, why_not = hardware.xla_pays(kind, policy, detected)
+        pays, why_not = hardware.xla_pays(kind, policy, detected, environ=environ)
         return ExecutionPlan(policy, pays, (why_not,) if why_not else ())
     if precision == "auto":
         choice = hardware.choose_precision(kind, detected, environ=environ)
         return ExecutionPlan(choice.policy, choice.jit_compile, (f"precision auto: {choice.reason}",))
-    pays, why_not = hardware.xla_pays(kind, precision, detected)
+    pays, why_not = hardware.xla_pays(kind, precision, detected, environ=environ)
     return ExecutionPlan(precision, pays, (why_not,) if why_not else ())
 
 
