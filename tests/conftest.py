@@ -59,8 +59,37 @@ def pytest_configure(config):
 TF_ONLY_FILES = {"test_export.py", "test_export_cli.py", "test_training_distributed.py"}
 
 
+# The first oneDNN instruction-set cap with kernels for each half precision, and the CPU flags that make TensorFlow
+# send that precision's matmuls to oneDNN.
+ONEDNN_HALF_PRECISION = {"bfloat16": ("AVX512_CORE", ("avx512_bf16", "amx_bf16")),
+                         "float16": ("AVX512_CORE_FP16", ("avx512_fp16",))}
+
+
+def tensorflow_half_precision_crash(dtype: str, environ=None) -> str | None:
+    """Why a TensorFlow matmul in `dtype` ("bfloat16", "float16") would kill this process, or None.
+
+    TensorFlow 2.21 sends half-precision matmuls to oneDNN by the CPU's flags, and oneDNN capped by
+    `ONEDNN_MAX_CPU_ISA` below its kernels for that precision has none: the process dies with a segmentation fault
+    (a 64 x 64 tf.matmul on an AMX Xeon: bfloat16 under AVX2 and lower caps, float16 under every cap below
+    AVX512_CORE_FP16). `make test-numerics` sets such caps to reproduce other CPUs' float32 arithmetic; a CPU
+    without those flags does not crash under them.
+    """
+    from vit_keras import hardware
+
+    environ = os.environ if environ is None else environ
+    cap = environ.get(hardware.ONEDNN_ISA_VARIABLE, "").strip().upper()
+    first, flags = ONEDNN_HALF_PRECISION[dtype]
+    if cap not in hardware.ONEDNN_ISAS or hardware.ONEDNN_ISAS.index(cap) >= hardware.ONEDNN_ISAS.index(first):
+        return None
+    if not set(flags) & hardware.cpu_info().flags:
+        return None
+    return (f"{hardware.ONEDNN_ISA_VARIABLE}={cap} on a CPU with {'/'.join(flags)}: TensorFlow's {dtype} matmuls "
+            f"crash the process there (oneDNN has no {dtype} kernel below {first})")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark the TF-only files' tests, and skip every tf_only test on another backend (a backend per process)."""
+    """Mark the TF-only files' tests, and skip every tf_only test on another backend (a backend per process); skip
+    a test marked half_precision(dtype) where TensorFlow's matmuls in that precision would crash the process."""
     backend = keras.backend.backend()
     skip = pytest.mark.skip(reason=f"needs the TensorFlow backend (KERAS_BACKEND={backend})")
     for item in items:
@@ -68,6 +97,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.tf_only)
         if backend != "tensorflow" and item.get_closest_marker("tf_only"):
             item.add_marker(skip)
+        marker = item.get_closest_marker("half_precision")
+        crash = marker and backend == "tensorflow" and tensorflow_half_precision_crash(marker.args[0])
+        if crash:
+            item.add_marker(pytest.mark.skip(reason=crash))
 
 
 @pytest.fixture

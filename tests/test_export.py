@@ -478,6 +478,7 @@ def test_tflite_float32_matches_keras(tflite_files, trained, digits, record_prop
     )
 
 
+@pytest.mark.half_precision("bfloat16")
 def test_mixed_bfloat16_model_converts_as_float32(digits, tmp_path):
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("mixed_bfloat16")

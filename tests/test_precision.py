@@ -9,7 +9,8 @@ from tests.reference_numpy import randomize_weights
 
 
 @pytest.mark.numerics
-@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("policy", [pytest.param("mixed_bfloat16", marks=pytest.mark.half_precision("bfloat16")),
+                                    pytest.param("mixed_float16", marks=pytest.mark.half_precision("float16"))])
 def test_mixed_precision_keeps_head_and_softmax_in_float32(tiny_kwargs, policy, record_property):
     reference = vit_keras.ViT(image_size=32, classes=5, **tiny_kwargs)
     randomize_weights(reference, seed=10)
@@ -48,7 +49,8 @@ def test_jit_compiled_inference_matches_eager(tiny_kwargs, record_property):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("policy", ["float32",
+                                    pytest.param("mixed_bfloat16", marks=pytest.mark.half_precision("bfloat16"))])
 def test_jit_compiled_fit_reduces_the_loss(tiny_kwargs, policy):
     keras.utils.set_random_seed(0)
     keras.mixed_precision.set_global_policy(policy)

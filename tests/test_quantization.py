@@ -205,6 +205,7 @@ def test_named_constructors_pass_dtype_to_every_layer_and_keep_the_head_float32(
 
 
 @pytest.mark.slow
+@pytest.mark.half_precision("bfloat16")
 def test_mixed_precision_quantized_model_round_trips(tmp_path):
     model = build("siglip_map_head", dtype="mixed_bfloat16")
     model.quantize("int8")

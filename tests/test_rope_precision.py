@@ -42,7 +42,8 @@ print(json.dumps(found))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["tensorflow", "torch", "jax"])
+@pytest.mark.parametrize("backend", [pytest.param("tensorflow", marks=pytest.mark.half_precision("bfloat16")),
+                                     "torch", "jax"])
 def test_rope_models_run_in_mixed_bfloat16_on_every_backend(backend):
     env = dict(os.environ, KERAS_BACKEND=backend,
                PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
