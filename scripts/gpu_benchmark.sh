@@ -48,7 +48,9 @@ mkdir -p "$OUTPUT_DIR"
 if [ "$QUICK" = 1 ]; then
   COMMON=(--quick --min-seconds 0.05 --min-calls 2 --torch-compile off --batch-sizes 2 --matmul-size 128)
   TAG=-quick
+  QUICK_FLAG=--quick
 else
+  QUICK_FLAG=
   COMMON=(--min-seconds 3 --torch-compile on --batch-sizes 64 --matmul-size 8192)
   TAG=
 fi
@@ -76,7 +78,8 @@ print(json.dumps({"keras_backend": keras.backend.backend(), "kind": kind, "preci
 EOF
   for backend in jax torch; do
     echo "== attention paths on $backend against einsum"
-    KERAS_BACKEND=$backend "$PYTHON" tests/attention_path_worker.py --out "$OUTPUT_DIR" --check || exit 1
+    KERAS_BACKEND=$backend "$PYTHON" tests/attention_path_worker.py --out "$OUTPUT_DIR" --check \
+      ${QUICK_FLAG:+"$QUICK_FLAG"} || exit 1
   done
 fi
 if [ "$PART" = inference ] || [ "$PART" = all ]; then

@@ -102,19 +102,24 @@ def outside_bounds(compared: dict) -> list:
     return wrong
 
 
-def compare(paths) -> dict:
+# The block layouts compared: RoPE or not, a token mask or not, every query or the class token's alone. --quick
+# (scripts/gpu_benchmark.sh --quick, which checks the script on a CPU) keeps the RoPE one.
+LAYOUTS = [(rope, masked, query_tokens) for rope in (False, True) for masked in (False, True)
+           for query_tokens in (None, 1)]
+QUICK_LAYOUTS = [(True, False, None)]
+
+
+def compare(paths, layouts=LAYOUTS) -> dict:
     results = {}
     for policy in ("float32", "mixed_bfloat16"):
         keras.mixed_precision.set_global_policy(policy)
-        for rope in (False, True):
-            for masked in (False, True):
-                for query_tokens in (None, 1):
-                    reference, _ = _forward("einsum", rope, masked, query_tokens)
-                    for path in paths:
-                        output, taken = _forward(path, rope, masked, query_tokens)
-                        name = f"{policy} {path} rope={rope} masked={masked} query_tokens={query_tokens}"
-                        results[name] = {"max_abs_diff": float(np.abs(output - reference).max()), "taken": taken,
-                                         "scale": float(np.abs(reference).max())}
+        for rope, masked, query_tokens in layouts:
+            reference, _ = _forward("einsum", rope, masked, query_tokens)
+            for path in paths:
+                output, taken = _forward(path, rope, masked, query_tokens)
+                name = f"{policy} {path} rope={rope} masked={masked} query_tokens={query_tokens}"
+                results[name] = {"max_abs_diff": float(np.abs(output - reference).max()), "taken": taken,
+                                 "scale": float(np.abs(reference).max())}
         for path in paths:
             reference = _input_gradient("einsum", rope=True)
             gradient = _input_gradient(path, rope=True)
@@ -200,6 +205,8 @@ def main(argv=None):
                         "and masking with XLA's implementation, which this CPU has")
     parser.add_argument("--check", action="store_true",
                         help="print each compared case against its bound; exit 1 when one is exceeded")
+    parser.add_argument("--quick", action="store_true",
+                        help="one block layout (RoPE), and no separate padding check: checks the script quickly")
     args = parser.parse_args(argv)
     backend = keras.backend.backend()
     paths = ["keras", "sdpa"] if backend == "torch" else ["keras"]
@@ -211,8 +218,8 @@ def main(argv=None):
         paths.append("cudnn")
     report = {"backend": backend, "device": [platform, capability], "automatic": automatic(), "paths": paths,
               "summary": hardware.summary()["attention"]}
-    report["compared"] = compare([p for p in paths if p != "cudnn"])
-    if backend == "jax":
+    report["compared"] = compare([p for p in paths if p != "cudnn"], QUICK_LAYOUTS if args.quick else LAYOUTS)
+    if backend == "jax" and not args.quick:
         report["padding"] = padding_maths()
     if "cudnn" in paths:  # cuDNN computes in half precision only: its float32 calls are refused (see automatic)
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
