@@ -289,7 +289,7 @@ def onednn_bfloat16_off(backend: str, environ=None) -> str | None:
             and backend in ("tensorflow", "torch"):
         return f"{ONEDNN_ISA_VARIABLE}={cap} caps oneDNN below its bfloat16 kernels ({FIRST_BFLOAT16_ONEDNN_ISA})"
     if backend == "tensorflow" and environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower() in ("0", "false"):
-        return "TF_ENABLE_ONEDNN_OPTS=0 turns TensorFlow's oneDNN kernels off (its own emulate bfloat16)"
+        return "TF_ENABLE_ONEDNN_OPTS=0 turns TensorFlow's oneDNN kernels off; its own kernels emulate bfloat16"
     return None
 
 
