@@ -299,7 +299,7 @@ def _fit_step(case, model, host_images, host_labels):
 
     steps = case["fit_steps"]
     path = choose_input_path(case["backend"])
-    batches = [(host_images, host_labels)] * steps
+    batches = [(host_images, host_labels)] * steps  # the same host batch each step, as train_on_batch's rows
     if case["backend"] == "tensorflow":
         import tensorflow as tf
 

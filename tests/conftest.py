@@ -59,10 +59,8 @@ def pytest_configure(config):
 TF_ONLY_FILES = {"test_export.py", "test_export_cli.py", "test_training_distributed.py"}
 
 
-# The first oneDNN instruction-set cap with kernels for each half precision, and the CPU flags that make TensorFlow
-# send that precision's matmuls to oneDNN.
-ONEDNN_HALF_PRECISION = {"bfloat16": ("AVX512_CORE", ("avx512_bf16", "amx_bf16")),
-                         "float16": ("AVX512_CORE_FP16", ("avx512_fp16",))}
+# The first oneDNN instruction-set cap with kernels for each half precision.
+ONEDNN_HALF_PRECISION = {"bfloat16": "AVX512_CORE", "float16": "AVX512_CORE_FP16"}
 
 
 def tensorflow_half_precision_crash(dtype: str, environ=None) -> str | None:
@@ -78,7 +76,9 @@ def tensorflow_half_precision_crash(dtype: str, environ=None) -> str | None:
 
     environ = os.environ if environ is None else environ
     cap = environ.get(hardware.ONEDNN_ISA_VARIABLE, "").strip().upper()
-    first, flags = ONEDNN_HALF_PRECISION[dtype]
+    first = ONEDNN_HALF_PRECISION[dtype]
+    # The CPU flags that make TensorFlow send that precision's matmuls to oneDNN.
+    flags = hardware.BFLOAT16_FLAGS if dtype == "bfloat16" else ("avx512_fp16",)
     if cap not in hardware.ONEDNN_ISAS or hardware.ONEDNN_ISAS.index(cap) >= hardware.ONEDNN_ISAS.index(first):
         return None
     if not set(flags) & hardware.cpu_info().flags:

@@ -22,7 +22,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import io
+import logging
 
 import numpy as np
 
@@ -66,10 +69,6 @@ def _prepare(builder) -> None:
     if not type(builder).__module__.startswith("vit_keras."):
         builder.download_and_prepare()
         return
-    import contextlib
-    import io
-    import logging
-
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         builder.download_and_prepare()
