@@ -10,7 +10,7 @@ the build. The facts come from where they are written once:
 - the checkpoints: `vit_keras.weights.registry.REGISTRY` (what `vit_keras.list_weights()` returns);
 - the families each checkpoint library's reader takes: the architecture tables of `vit_keras.weights.timm`
   (`SIZES`, `SWITCHES`, `NAFLEX_ARCHITECTURES`), `vit_keras.weights.timm_eva` (`FAMILIES`) and
-  `vit_keras.weights.hf_families` (`FAMILIES`, `WHOLE_MODELS`), so that a family added to
+  `vit_keras.weights.hf_family_rows` (`FAMILIES`, `WHOLE_MODELS`), so that a family added to
   one of them is in the docs with no second entry.
 
 These modules are read without running the package's `__init__` (which imports Keras and TensorFlow, 5-20 s), and
@@ -85,8 +85,8 @@ def _tables():
 
 @functools.cache
 def _readers():
-    """The checkpoint readers whose tables name the families: (timm, timm_eva, hf, hf_families)."""
-    return tuple(_modules(*(f"vit_keras.weights.{name}" for name in ("timm", "timm_eva", "hf", "hf_families"))))
+    """The checkpoint readers whose tables name the families: (timm, timm_eva, hf, hf_family_rows)."""
+    return tuple(_modules(*(f"vit_keras.weights.{name}" for name in ("timm", "timm_eva", "hf", "hf_family_rows"))))
 
 
 def _assignments(path: pathlib.Path) -> dict[str, ast.expr]:
@@ -250,12 +250,12 @@ def timm_tokens_table() -> str:
 
 def transformers_families_table() -> str:
     """The transformers model types each reader takes, with the classes that write them."""
-    _, _, _, hf_families = _readers()
+    _, _, _, hf_family_rows = _readers()
     lines = [_row(("`model_type`", "transformers classes", "read by")), _row(("---",) * 3)]
     lines += [_row((f"`{kind}`", ", ".join(f"`{c}`" for c in family.classes.split(", ")),
-                    f"`{hf_families.__name__}`")) for kind, family in hf_families.FAMILIES.items()]
-    lines += [_row((f"`{kind}`", f"its vision tower, as `{tower}`", f"`{hf_families.__name__}`"))
-              for kind, (tower, _) in hf_families.WHOLE_MODELS.items()]
+                    f"`{hf_family_rows.__name__}`")) for kind, family in hf_family_rows.FAMILIES.items()]
+    lines += [_row((f"`{kind}`", f"its vision tower, as `{tower}`", f"`{hf_family_rows.__name__}`"))
+              for kind, (tower, _) in hf_family_rows.WHOLE_MODELS.items()]
     return "\n".join(lines)
 
 
@@ -317,7 +317,7 @@ def _per_size(by_size: dict) -> str:
 def family_fields_table() -> str:
     """What each family sets in `ViTConfig`, as its reader computes it: for timm, from architecture names (every size
     of the Eva families); for transformers, from a config.json of each `model_type` with transformers' defaults."""
-    timm, timm_eva, hf, hf_families = _readers()
+    timm, timm_eva, hf, hf_family_rows = _readers()
     lines = [_row(("family", "read from", "`ViTConfig` fields it sets (beyond sizes; the rest are the paper ViT's)")),
              _row(("---",) * 3)]
     for family, name in TIMM_EXAMPLES:
@@ -331,7 +331,7 @@ def family_fields_table() -> str:
         lines.append(_row((family.name, "timm `eva.py`, every size", _per_size(by_size))))
     sizes = {"hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 3, "intermediate_size": 96,
              "patch_size": 16, "image_size": 224}
-    for kind in hf_families.FAMILIES:
+    for kind in hf_family_rows.FAMILIES:
         config = {"model_type": kind, **sizes, **HF_REQUIRED_KEYS.get(kind, {})}
         lines.append(_row((f"`{kind}`", "transformers `config.json`",
                            _fields(_switched(hf.architecture(config, "."))) or "—")))

@@ -101,7 +101,7 @@ def test_families_tables_list_every_family_of_the_readers(hooks):
     """Every family of the readers' tables has its row, with its size words and their (D, layers, heads), and every
     name part and transformers model type is listed: a family added to a table is in the docs without a second
     entry."""
-    from vit_keras.weights import hf, hf_families, timm, timm_eva
+    from vit_keras.weights import hf, hf_family_rows, timm, timm_eva
 
     rows = {row[0]: row for row in _rows(hooks.timm_families_table())}
     assert list(rows) == [timm.TABLE.family, timm.NAFLEX_TABLE.family, *(f.name for f in timm_eva.FAMILIES)]
@@ -116,19 +116,19 @@ def test_families_tables_list_every_family_of_the_readers(hooks):
     assert list(tokens) == [f"`_{token}`" for token in timm.SWITCHES]
     assert tokens["`_siglip`"] == '`class_token=False`, `global_pool="map"`'
     model_types = [row[0].strip("`") for row in _rows(hooks.transformers_families_table())]
-    assert model_types == list(hf.MODEL_TYPES) == [*hf_families.FAMILIES, *hf_families.WHOLE_MODELS]
+    assert model_types == list(hf.MODEL_TYPES) == [*hf_family_rows.FAMILIES, *hf_family_rows.WHOLE_MODELS]
 
 
 def test_family_fields_table_is_what_the_readers_compute(hooks):
     """A row per timm example name, NaFlex, every Eva family and every transformers model type; the cells are the
     readers' own fields (an Eva family's sizes that differ are named: DINOv3's plus sizes and 7B have SwiGLU, as
     timm's eva.py registers them; EVA-02 T/S pack the SwiGLU weights, B/L add its LayerNorm)."""
-    from vit_keras.weights import hf_families, timm_eva
+    from vit_keras.weights import hf_family_rows, timm_eva
 
     rows = _rows(hooks.family_fields_table())
     assert [row[0] for row in rows] == [*(family for family, _ in hooks.TIMM_EXAMPLES), "SigLIP 2 NaFlex",
                                         *(f.name for f in timm_eva.FAMILIES),
-                                        *(f"`{kind}`" for kind in hf_families.FAMILIES)]
+                                        *(f"`{kind}`" for kind in hf_family_rows.FAMILIES)]
     cells = {row[0]: row[2] for row in rows}
     assert cells["ViT (paper, AugReg)"] == '`activation="gelu"`'  # timm's exact GELU; vit_jax's is gelu_tanh
     assert cells["DINOv2 + registers"] == ('`activation="gelu"`, `num_register_tokens=4`, `no_embed_class=True`, '

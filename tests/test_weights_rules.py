@@ -18,7 +18,7 @@ import vit_keras
 from tests.tiny import TINY
 from vit_keras.cli import main as cli_main
 from vit_keras.layers import RotaryEmbedding2D, TransformerBlock, checkpoint_variables
-from vit_keras.weights import hf, hf_families, rules, schema, timm
+from vit_keras.weights import hf, hf_family_rows, rules, schema, timm
 from vit_keras.weights.assign import model_slots
 from vit_keras.weights.safetensors_io import read_safetensors
 
@@ -139,8 +139,8 @@ def test_a_rule_must_target_canonical_names():
 
 def test_hf_tables_cover_the_model_types_read_config_accepts():
     # Every model type is a Family row; DINOv3 chooses its table by its config (the gated MLP), the others have one.
-    assert set(hf_families.FAMILIES) | set(hf_families.WHOLE_MODELS) == set(hf.MODEL_TYPES)
-    assert set(hf.TABLES) == set(hf_families.FAMILIES) - {"dinov3_vit"}
+    assert set(hf_family_rows.FAMILIES) | set(hf_family_rows.WHOLE_MODELS) == set(hf.MODEL_TYPES)
+    assert set(hf.TABLES) == set(hf_family_rows.FAMILIES) - {"dinov3_vit"}
 
 
 # ---- the schema is the layers' own names ------------------------------------------------------------------------
@@ -204,7 +204,7 @@ def test_every_transformers_family_row_gives_vitconfig_fields_and_the_switches_i
              "patch_size": 8, "image_size": 32, "num_patches": 16, "max_img_size": 64, "norm_mean": [0.5] * 3,
              "norm_std": [0.5] * 3, "num_cls_tokens": 2}
     gated = {"use_gated_mlp": True, "hidden_act": "silu", "mlp_bias": False}
-    for kind, family in hf_families.FAMILIES.items():
+    for kind, family in hf_family_rows.FAMILIES.items():
         for extra in ({}, gated) if kind == "dinov3_vit" else ({},):
             fields, switches = family.read({**sizes, **extra}, "config.json")
             assert ViTConfig(**fields).to_dict(), kind

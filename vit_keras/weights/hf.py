@@ -1,6 +1,6 @@
 """Read Hugging Face `transformers` vision towers (`config.json` + `model.safetensors`) without torch.
 
-Every model type is one `Family` row of `vit_keras.weights.hf_families` (`FAMILIES`, looked up by config.json's
+Every model type is one `Family` row of `vit_keras.weights.hf_family_rows` (`FAMILIES`, looked up by config.json's
 `model_type`): the `ViTConfig` fields it fixes, the config.json keys it reads or refuses, its rule table onto the
 canonical vit_jax names (`vit_keras.weights.rules`) and, where a family needs code, its hooks. This module reads a
 directory with that row; errors name the file and the key, and a tensor the config promises but the file lacks is
@@ -18,17 +18,17 @@ import os
 
 import numpy as np
 
-from vit_keras.weights import hf_families, hub, json_config, rules
-from vit_keras.weights.hf_family import HIDDEN_ACTS, Family
+from vit_keras.weights import hf_family_rows, hub, json_config, rules
+from vit_keras.weights.hf_family_record import HIDDEN_ACTS, Family
 from vit_keras.weights.safetensors_io import read_safetensors
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = hub.INDEX_NAME
 PICKLE_NAMES = ("pytorch_model.bin", "model.bin", "pytorch_model.pt")
-MODEL_TYPES = hf_families.MODEL_TYPES
-NAFLEX_MODEL_TYPES = hf_families.NAFLEX_MODEL_TYPES
-TABLES = hf_families.TABLES
+MODEL_TYPES = hf_family_rows.MODEL_TYPES
+NAFLEX_MODEL_TYPES = hf_family_rows.NAFLEX_MODEL_TYPES
+TABLES = hf_family_rows.TABLES
 
 
 def family_of(config: dict, file: str) -> tuple[Family, dict]:
@@ -41,15 +41,15 @@ def family_of(config: dict, file: str) -> tuple[Family, dict]:
         ('Aimv2VisionModel', 48)
     """
     model_type = json_config.require(config, "model_type", str, file, default="vit")
-    if model_type in hf_families.REFUSED_WHOLE_MODELS:
-        tower = hf_families.REFUSED_WHOLE_MODELS[model_type].classes
+    if model_type in hf_family_rows.REFUSED_WHOLE_MODELS:
+        tower = hf_family_rows.REFUSED_WHOLE_MODELS[model_type].classes
         raise ValueError(f"{os.path.dirname(file) or file!r} holds a whole {model_type} model (text and vision); save "
                          f"its vision tower ({tower}) and load that directory.")
-    if model_type in hf_families.WHOLE_MODELS:
-        tower_type = hf_families.WHOLE_MODELS[model_type][0]
+    if model_type in hf_family_rows.WHOLE_MODELS:
+        tower_type = hf_family_rows.WHOLE_MODELS[model_type][0]
         config = {**json_config.require(config, "vision_config", dict, file), "model_type": tower_type}
         model_type = tower_type
-    family = hf_families.FAMILIES.get(model_type)
+    family = hf_family_rows.FAMILIES.get(model_type)
     if family is None:
         raise ValueError(f"{file!r} holds a {model_type!r} model; vit_keras reads Hugging Face {MODEL_TYPES}.")
     return family, config

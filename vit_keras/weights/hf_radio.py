@@ -1,4 +1,4 @@
-"""RadioModel's hooks (`vit_keras.weights.hf_families`' `radio` row): the parts of its config.json that are not one
+"""RadioModel's hooks (`vit_keras.weights.hf_family_rows`' `radio` row): the parts of its config.json that are not one
 key per field, and the buffers and combined token tensor its file holds.
 
 RadioModel has several class tokens and registers (no position embeddings on either), a bias-free linear patch

@@ -33,7 +33,7 @@ import os
 import numpy as np
 
 from vit_keras.files import atomic_directory
-from vit_keras.weights import hf, hf_families, rules, timm
+from vit_keras.weights import hf, hf_family_rows, rules, timm
 from vit_keras.weights.assign import model_slots
 
 logger = logging.getLogger("vit_keras.weights")
@@ -227,7 +227,7 @@ _HF_FIXED = {
 }
 _HF_ALL = dict(distilled=False, num_register_tokens=0, no_embed_class=False)
 # The base model class of each: the first class its reader's Family row names.
-_HF_CLASSES = {kind: hf_families.FAMILIES[kind].classes.split(", ")[0] for kind in _HF_FIXED}
+_HF_CLASSES = {kind: hf_family_rows.FAMILIES[kind].classes.split(", ")[0] for kind in _HF_FIXED}
 
 
 def transformers_model_type(config) -> str:

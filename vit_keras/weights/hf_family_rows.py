@@ -1,4 +1,4 @@
-"""Every transformers vision tower vit_keras reads, as one `Family` row each (`vit_keras.weights.hf_family`):
+"""Every transformers vision tower vit_keras reads, as one `Family` row each (`vit_keras.weights.hf_family_record`):
 `vit` (`ViTModel`, `ViTForImageClassification`: the pooler `tanh(dense(token))` is vit_jax's `pre_logits`),
 `dinov2` (`Dinov2Model`: LayerScale), `clip_vision_model` (`CLIPVisionModel`: `pre_layrnorm`, quick-GELU,
 `post_layernorm` on the class token only), `siglip_vision_model` (`SiglipVisionModel`: no class token,
@@ -25,7 +25,7 @@ import functools
 from collections.abc import Mapping
 
 from vit_keras.weights import hf_radio, json_config, rules, schema
-from vit_keras.weights.hf_family import (
+from vit_keras.weights.hf_family_record import (
     ACTIVATION,
     ACTIVATIONS,
     INTERMEDIATE_SIZE,

@@ -1,7 +1,7 @@
 """The record every transformers model type is read with: a `Family` says which config.json it answers to, the
 `ViTConfig` fields every model of the type has, the config.json keys that set the others (`Key`) or that it refuses
 (`RefusedKey`), the per-projection bias keys, its rule table (`vit_keras.weights.rules`) and, where a family truly
-needs code, its hooks. `vit_keras.weights.hf_families` holds the rows; `vit_keras.weights.hf` reads a directory
+needs code, its hooks. `vit_keras.weights.hf_family_rows` holds the rows; `vit_keras.weights.hf` reads a directory
 with the row its `model_type` names.
 
 The config.json keys a family does not name change nothing in eval mode (dropout, stochastic depth, initial values,
