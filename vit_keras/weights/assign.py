@@ -29,7 +29,6 @@ from vit_keras.weights.resample import check_interpolation, check_source_grid, r
 logger = logging.getLogger("vit_keras.weights")
 
 
-
 def checkpoint_prefix(layer_name: str) -> str:
     """The checkpoint name of a top-level layer: vit_jax's, where the Keras name could not use a slash.
 
@@ -195,7 +194,30 @@ def _bias_switch_hints(missing, unexpected) -> list[str]:
     return hints
 
 
-def _check_and_assign(slots, params, source, origins=None):
+# What a mismatch of a vision model asks the caller to do.
+_VISION_FIX = ("Build the model with the checkpoint's architecture (patch size, hidden size, layers, heads, MLP size, "
+               "classifier, representation_size, resnet and the family switches), or let vit_keras.from_pretrained "
+               "read it off the checkpoint.")
+
+
+def assign_slots(slots: dict[str, CheckpointVariable], params, *, source: str = "checkpoint",
+                 fix: str = _VISION_FIX) -> None:
+    """Put every canonical array of `params` in its slot (`{canonical name: CheckpointVariable}`, e.g. a text
+    tower's or the heads'), all or nothing: a `ValueError` names every missing or unexpected name and every shape
+    mismatch, and ends with `fix`, before anything is assigned.
+
+    Example:
+        >>> from vit_keras.layers.checkpoint import plain
+        >>> scale = keras.Variable(0.0)
+        >>> assign_slots({"logit_scale": plain(scale)}, {"logit_scale": np.float32(2.3)})
+        >>> round(float(scale.numpy()), 2)
+        2.3
+    """
+    origins = {key: f"{origin} in {params.source}" for key, origin in getattr(params, "origins", {}).items()}
+    _check_and_assign(slots, dict(params), source, origins, fix)
+
+
+def _check_and_assign(slots, params, source, origins=None, fix=_VISION_FIX):
     origins = origins or {}
     missing = sorted(set(slots) - set(params))
     unexpected = sorted(set(params) - set(slots))
@@ -214,11 +236,7 @@ def _check_and_assign(slots, params, source, origins=None):
         if mismatched:
             lines.append(f"Shape mismatches ({len(mismatched)}):\n  " + "\n  ".join(mismatched))
         lines.extend(_bias_switch_hints(missing, unexpected))
-        lines.append(
-            "Build the model with the checkpoint's architecture (patch size, hidden size, layers, heads, MLP "
-            "size, classifier, representation_size, resnet and the family switches), or let "
-            "vit_keras.from_pretrained read it off the checkpoint."
-        )
+        lines.append(fix)
         raise ValueError("\n".join(lines))
 
     for key, slot in slots.items():

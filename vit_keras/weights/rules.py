@@ -82,6 +82,14 @@ LINEAR_PATCH = Transform(_no_heads(torch_layout.linear_patch), ("kernel", "bias"
 # A bias-free Linear over channel-major (C, P, P) patches (RADIO's patch embedder).
 LINEAR_PATCH_CHW = Transform(_no_heads(torch_layout.linear_patch_chw), ("kernel", "bias"), bias=None,
                              inverse=_back_no_heads(torch_layout.linear_patch_chw_back))
+# A Linear without a bias (CLIP's projections): the module has a weight only.
+LINEAR_NO_BIAS = dataclasses.replace(LINEAR, bias=None)
+# An array kept in the source's shape (the text tower's token and position tables).
+ARRAY = Transform(_no_heads(torch_layout.array), ("",), weight="weight", bias=None,
+                  inverse=_back_no_heads(torch_layout.array_back))
+# A projection stored as the matrix of `x @ P` (open_clip's `proj`), the module's own key.
+MATRIX = Transform(_no_heads(torch_layout.matrix), ("kernel",), weight="", bias=None,
+                   inverse=_back_no_heads(torch_layout.matrix_back))
 HEADS_IN = Transform(torch_layout.heads_in, ("kernel", "bias"), inverse=torch_layout.heads_in_back)
 HEADS_OUT = Transform(torch_layout.heads_out, ("kernel", "bias"), inverse=torch_layout.heads_out_back)
 
@@ -100,6 +108,18 @@ def tokens(param: str = "", rank: int = 3) -> Transform:
 
 
 TOKENS = tokens()
+
+
+def scalar(rank: int) -> Transform:
+    """A one-value parameter stored as the tensor's own key at rank 0 `()` or 1 `(1,)` (the logit scale and bias),
+    read as a scalar and written back at that rank.
+
+    Example:
+        >>> scalar(1).key("logit_bias", "")
+        'logit_bias'
+    """
+    return Transform(_no_heads(torch_layout.scalar), ("",), weight="", bias=None,
+                     inverse=lambda target, params, num_heads: torch_layout.scalar_back(target, params, rank))
 
 
 def scale(param: str) -> Transform:
@@ -217,6 +237,17 @@ class Table:
     def is_ignored(self, name: str) -> bool:
         return name.rsplit(".", 1)[-1] in INDEX_BUFFERS or any(regex.match(name) for regex in self._ignored)
 
+    def knows(self, key: str) -> bool:
+        """Whether `key` is one of this table's tensors (a rule's, or one it ignores): how a checkpoint holding
+        several towers is split among their tables.
+
+        Example:
+            >>> Table("toy", (Rule("fc", "head", LINEAR),)).knows("fc.bias")
+            True
+        """
+        name = self.strip(key)[1]
+        return self.is_ignored(name) or any(rule.match(name) for rule in self.rules)
+
 
 class CanonicalParams(dict):
     """A canonical dict that remembers, for each name, the source tensor it was made from (`origins`: name ->
@@ -302,8 +333,9 @@ def apply_table(table: Table, tensors: Mapping[str, np.ndarray], *, num_heads: i
                 elif not bias_wanted and "bias" in parts:
                     ruled_out.append(f"{parts['bias'][0]} ({why_bias})")
     if unknown or missing or ruled_out:
-        lines = [f"{source}: this {table.family} checkpoint does not hold what its architecture needs; nothing was "
-                 "loaded."]
+        lacks = f" lacks {missing[0].split(' (')[0]!r} and" if missing else ""
+        lines = [f"{source}: this {table.family} checkpoint{lacks} does not hold what its architecture needs; nothing "
+                 "was loaded."]
         if missing:
             lines.append(f"Missing ({len(missing)}): " + ", ".join(missing))
         if ruled_out:

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 
+import keras
 import numpy as np
 
 from vit_keras.files import atomic_directory
@@ -267,6 +268,27 @@ def transformers_files(config, params, label_names=None) -> tuple[dict, dict[str
         >>> cfg["model_type"]
         'dinov2'
     """
+    out = transformers_config(config, params, label_names)
+    table = hf.TABLES[out["model_type"]]
+    # A task model keeps the base model under its prefix (`vit.`) and the classifier at the root.
+    prefix = table.prefixes[0] if "head/kernel" in params else ""
+    tensors = rules.invert_table(table, params, num_heads=config.num_heads, prefix=prefix, unprefixed=("head",))
+    _read_back(table, tensors, params, config)
+    return out, tensors
+
+
+def transformers_config(config, params, label_names=None) -> dict:
+    """The transformers config.json of a model of `config` with `params` (`transformers_files`' config), or a
+    `ValueError` naming what transformers cannot hold.
+
+    Example:
+        >>> import vit_keras
+        >>> from vit_keras.model_config import config_of
+        >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                       mlp_dim=96, classes=10)
+        >>> transformers_config(config_of(model), model_params(model))["architectures"]
+        ['ViTForImageClassification']
+    """
     model_type = transformers_model_type(config)
     _check_complete(config, params)
     has_head = "head/kernel" in params
@@ -311,12 +333,7 @@ def transformers_files(config, params, label_names=None) -> tuple[dict, dict[str
                  [f"LABEL_{i}" for i in range(classes)])
         out["id2label"] = {str(i): name for i, name in enumerate(names)}
         out["label2id"] = {name: i for i, name in enumerate(names)}
-    table = hf.TABLES[model_type]
-    # A task model keeps the base model under its prefix (`vit.`) and the classifier at the root.
-    prefix = table.prefixes[0] if has_head else ""
-    tensors = rules.invert_table(table, params, num_heads=config.num_heads, prefix=prefix, unprefixed=("head",))
-    _read_back(table, tensors, params, config)
-    return out, tensors
+    return out
 
 
 def _read_back(table, tensors, params, config):
@@ -347,10 +364,12 @@ def _is_empty_dir(path: str) -> bool:
     return os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path)
 
 
-def save_pretrained(model, directory, format: str = "timm", *, overwrite: bool = False, normalization=None,
+def save_pretrained(model, directory, format: str | None = None, *, overwrite: bool = False, normalization=None,
                     label_names=None) -> str:
     """Write `model` as a timm or transformers directory (`config.json` + `model.safetensors`) and return its path.
 
+    `format` None is `"timm"` for a vision model; a zero-shot model (`vit_keras.zeroshot.ZeroShotModel`) is written
+    as `"transformers"` (its default) or `"open_clip"` by its own `save_pretrained`, which these arguments reach.
     `format="timm"`: `timm.create_model(config["architecture"], pretrained=False, **config["model_args"])` loads
     the state dict with `strict=True` (and timm's `hf-hub:` loader, once uploaded); `pretrained_cfg` holds the
     model's normalisation (its preprocessing layer's, or `normalization=(mean, std)` for a model built with
@@ -371,6 +390,15 @@ def save_pretrained(model, directory, format: str = "timm", *, overwrite: bool =
         >>> vit_keras.from_pretrained("vit-ft").output_shape
         (None, 10)
     """
+    writer = getattr(model, "save_pretrained", None)
+    if callable(writer) and not isinstance(model, keras.Model):
+        # A model of several towers (a `vit_keras.zeroshot.ZeroShotModel`) writes itself with its own formats.
+        if normalization is not None or label_names is not None:
+            raise ValueError("normalization= and label_names= describe a vision model's input and classes; a "
+                             "zero-shot model keeps its normalisation in its image model and takes its classes as "
+                             "texts: leave them out.")
+        return writer(directory, format=format, overwrite=overwrite)
+    format = "timm" if format is None else format
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}.")
     _refuse_link(directory)

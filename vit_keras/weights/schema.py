@@ -2,6 +2,8 @@
 files (`gs://vit_models`), which every reader produces and `assign_params` consumes.
 
 The names are written here once, as templates: `{i}` is an encoder block, `{s}`/`{u}` a ResNet stage and unit.
+The image-text models' text tower (`TEXT_NAMES`) and the heads that join the towers (`HEAD_NAMES`) are declared
+here too, so that their tables are checked by the same code and run backwards as the vision tables.
 The layers declare the same names for their variables (`vit_keras.layers.checkpoint`); the tests check that the two
 agree, and every reader's table is checked against this list when it is made, so a mistyped target fails at import
 time, not as a half-loaded model.
@@ -86,6 +88,32 @@ CANONICAL_NAMES: tuple[str, ...] = (
     *[name for gn in ("gn1", "gn2", "gn3", "gn_proj") for name in _names(f"block{{s}}/unit{{u}}/{gn}", _NORM)],
 )
 
+# The text tower of an image-text model (`vit_keras.zeroshot.text`): the token and position tables, the vision
+# side's encoder block under `text_block_{i}` (the same part names), the final norm and the projection.
+TEXT_EMBEDDING = "text_embedding"
+TEXT_BLOCK = "text_block_{i}"
+TEXT_BLOCK_NORM_1 = BLOCK_NORM_1.replace(BLOCK, TEXT_BLOCK)
+TEXT_BLOCK_NORM_2 = BLOCK_NORM_2.replace(BLOCK, TEXT_BLOCK)
+TEXT_BLOCK_ATTENTION = BLOCK_ATTENTION.replace(BLOCK, TEXT_BLOCK)
+TEXT_BLOCK_MLP_IN = BLOCK_MLP_IN.replace(BLOCK, TEXT_BLOCK)
+TEXT_BLOCK_MLP_OUT = BLOCK_MLP_OUT.replace(BLOCK, TEXT_BLOCK)
+TEXT_FINAL_NORM = "final_layer_norm"
+TEXT_PROJECTION = "text_projection"
+TEXT_NAMES: tuple[str, ...] = (
+    f"{TEXT_EMBEDDING}/token_embedding", f"{TEXT_EMBEDDING}/position_embedding",
+    *_names(TEXT_BLOCK_NORM_1, _NORM), *_names(TEXT_BLOCK_NORM_2, _NORM), *_attention(TEXT_BLOCK_ATTENTION),
+    *_names(TEXT_BLOCK_MLP_IN, _DENSE), *_names(TEXT_BLOCK_MLP_OUT, _DENSE),
+    *_names(TEXT_FINAL_NORM, _NORM), *_names(TEXT_PROJECTION, _DENSE),
+)
+# What joins the towers (`vit_keras.zeroshot.logits`, `vit_keras.zeroshot.vision`): CLIP's Linear after the vision
+# pooler, the logit scale (used as exp) and SigLIP's logit bias, scalars.
+VISUAL_PROJECTION = "visual_projection"
+LOGIT_SCALE = "logit_scale"
+LOGIT_BIAS = "logit_bias"
+HEAD_NAMES: tuple[str, ...] = (*_names(VISUAL_PROJECTION, _DENSE), LOGIT_SCALE, LOGIT_BIAS)
+# Every name a rule table may target: one namespace for every tower and head (the prefixes keep them apart).
+ALL_NAMES: tuple[str, ...] = (*CANONICAL_NAMES, *TEXT_NAMES, *HEAD_NAMES)
+
 
 def architecture_shapes(fields) -> dict[str, tuple[int, ...]]:
     """The shapes that the architecture (`ViTConfig` fields: hidden size D, heads H, MLP size M, patch size P) fixes
@@ -142,15 +170,16 @@ def template_regex(template: str, named: bool = True) -> re.Pattern:
 
 @functools.cache
 def _schema() -> re.Pattern:
-    return re.compile("|".join(f"(?:{template_regex(name, named=False).pattern})" for name in CANONICAL_NAMES))
+    return re.compile("|".join(f"(?:{template_regex(name, named=False).pattern})" for name in ALL_NAMES))
 
 
 def is_canonical(name: str) -> bool:
-    """Whether `name` is one of `CANONICAL_NAMES` with its placeholders filled in.
+    """Whether `name` is one of the canonical names (`ALL_NAMES`: the vision towers', the text towers' and the
+    heads') with its placeholders filled in.
 
     Example:
-        >>> is_canonical("block2/unit1/gn_proj/scale")
-        True
+        >>> is_canonical("block2/unit1/gn_proj/scale"), is_canonical("text_block_1/LayerNorm_0/scale")
+        (True, True)
     """
     return _schema().match(name) is not None
 

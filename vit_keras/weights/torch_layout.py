@@ -70,6 +70,39 @@ def tokens(prefix: str, weight, bias=None) -> dict:
     return {prefix: weight.reshape(1, -1, weight.shape[-1])}
 
 
+def array(prefix: str, weight, bias=None) -> dict:
+    """An array kept in the source's own shape (the text tower's token and position tables, `(n, D)`).
+
+    Example:
+        >>> array("t", np.zeros((5, 8)))["t"].shape
+        (5, 8)
+    """
+    return {prefix: _f32(weight)}
+
+
+def matrix(prefix: str, weight, bias=None) -> dict:
+    """A projection stored as the matrix `P` of `x @ P` (open_clip's `proj`), (in, out): the kernel as it is.
+
+    Example:
+        >>> matrix("p", np.zeros((4, 2)))["p/kernel"].shape
+        (4, 2)
+    """
+    return {f"{prefix}/kernel": _f32(weight)}
+
+
+def scalar(prefix: str, weight, bias=None) -> dict:
+    """A one-value parameter stored as `()` or `(1,)` (the logit scale and bias) as a scalar.
+
+    Example:
+        >>> scalar("logit_scale", np.array([2.3]))["logit_scale"].shape
+        ()
+    """
+    weight = _f32(weight)
+    if weight.size != 1:
+        raise ValueError(f"{prefix!r} holds {weight.size} values of shape {weight.shape}; it is one number.")
+    return {prefix: weight.reshape(())}
+
+
 def patch_kernel(weight) -> np.ndarray:
     """A torch patch convolution (D, C, P, P) as Google's (P, P, C, D).
 
@@ -268,6 +301,38 @@ def tokens_back(prefix: str, params, rank: int = 3) -> tuple:
     if value.shape[-2] != 1:
         raise ValueError(f"{prefix!r} holds {value.shape[-2]} tokens; the target stores exactly one.")
     return value.reshape(-1), None
+
+
+def array_back(prefix: str, params) -> tuple:
+    """The array under `prefix` as it is (no bias).
+
+    Example:
+        >>> array_back("t", array("t", np.ones((2, 3))))[0].shape
+        (2, 3)
+    """
+    return _f32(params[prefix]), None
+
+
+def matrix_back(prefix: str, params) -> tuple:
+    """`{prefix}/kernel` (in, out) -> the matrix `P` of `x @ P` (no bias).
+
+    Example:
+        >>> matrix_back("p", matrix("p", np.ones((4, 2))))[0].shape
+        (4, 2)
+    """
+    if f"{prefix}/bias" in params:
+        raise ValueError(f"{prefix!r} is a bias-free projection matrix, but the model has {prefix}/bias.")
+    return _f32(params[f"{prefix}/kernel"]), None
+
+
+def scalar_back(prefix: str, params, rank: int) -> tuple:
+    """The scalar under `prefix` at the source's rank: 0 `()`, 1 `(1,)`.
+
+    Example:
+        >>> scalar_back("logit_bias", scalar("logit_bias", np.array([-2.0])), rank=1)[0].tolist()
+        [-2.0]
+    """
+    return _f32(params[prefix]).reshape((1,) * rank), None
 
 
 def patch_back(prefix: str, params) -> tuple:

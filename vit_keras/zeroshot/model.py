@@ -15,30 +15,39 @@ import os
 import keras
 import numpy as np
 
+from vit_keras.configs import ViTConfig
+from vit_keras.layers.checkpoint import nested, plain
 from vit_keras.weights import hub
+from vit_keras.weights.assign import assign_slots
+from vit_keras.weights.schema import LOGIT_BIAS, LOGIT_SCALE, VISUAL_PROJECTION
 from vit_keras.zeroshot import hub_files
 from vit_keras.zeroshot.hf_reader import Checkpoint, read_checkpoint
 from vit_keras.zeroshot.logits import ContrastiveLogits, l2_normalize
 from vit_keras.zeroshot.text import ATTENTION_MASK, TOKEN_IDS, text_model, text_slots
+from vit_keras.zeroshot.text_config import TextConfig
 from vit_keras.zeroshot.tokenizer import Tokenizer
-from vit_keras.zeroshot.vision import image_model
+from vit_keras.zeroshot.vision import image_model_and_config
 
 TEXT_BATCH = 256  # texts encoded at a time
+_FIX = "Check that the file and its config.json describe the same model."
 
 
-def assign(slots: dict, params: dict, source: str) -> None:
-    """Put every canonical array in its slot; the two name sets must be equal and the shapes too."""
-    missing, unexpected = sorted(set(slots) - set(params)), sorted(set(params) - set(slots))
-    if missing or unexpected:
-        raise ValueError(f"{source}: the text tower's weights do not match its architecture (missing {missing[:6]}, "
-                         f"unexpected {unexpected[:6]}); nothing was loaded.")
-    for name, slot in slots.items():
-        value = np.asarray(params[name], np.float32)
-        if tuple(value.shape) != tuple(slot.shape):
-            raise ValueError(f"{source}: {name} has shape {tuple(value.shape)}, the text tower expects "
-                             f"{tuple(slot.shape)}; check that the file and its config.json describe the same model.")
-    for name, slot in slots.items():
-        slot.variable.assign(slot.convert(np.asarray(params[name], np.float32)))
+def head_slots(image_model: keras.Model, logits: ContrastiveLogits) -> dict:
+    """`{canonical name: CheckpointVariable}` of what joins the towers: the logit scale (and bias), and CLIP's
+    `visual_projection` at the end of the image model.
+
+    Example:
+        >>> logits = ContrastiveLogits(logit_bias=True); logits.build()
+        >>> sorted(head_slots(keras.Sequential([keras.Input((2,))]), logits))
+        ['logit_bias', 'logit_scale']
+    """
+    slots = {LOGIT_SCALE: plain(logits.logit_scale)}
+    if logits.logit_bias is not None:
+        slots[LOGIT_BIAS] = plain(logits.logit_bias)
+    projection = [layer for layer in image_model.layers if layer.name == VISUAL_PROJECTION]
+    if projection:
+        slots.update(nested(VISUAL_PROJECTION, projection[0]))
+    return slots
 
 
 class ZeroShotModel:
@@ -47,15 +56,27 @@ class ZeroShotModel:
     `image_model`: images → image features (RGB in [0, 255] when `include_preprocessing`); `text_model`:
     `{"token_ids", "attention_mask"}` → text features (both projected, not normalised; Keras models, any backend).
     `logits_layer`: `ContrastiveLogits` with the checkpoint's scale (and SigLIP's bias). `family`: `"clip"`,
-    `"siglip"` or `"siglip2"`. `patch_size`: the vision tower's.
+    `"siglip"` or `"siglip2"`. `patch_size`: the vision tower's. `vision_config` (`ViTConfig`), `text_config`
+    (`TextConfig`) and `layout` (`"transformers"` or `"open_clip"`, the files it was read from) are what
+    `save_pretrained` writes the model as; a model built without them cannot be saved that way.
     """
 
     def __init__(self, image_model: keras.Model, text_model: keras.Model, logits_layer: ContrastiveLogits,
                  tokenizer: Tokenizer | None, family: str, probabilities: str, patch_size: int | None = None,
-                 include_preprocessing: bool = True):
+                 include_preprocessing: bool = True, *, vision_config: ViTConfig | None = None,
+                 text_config: TextConfig | None = None, layout: str | None = None):
         self.image_model, self.text_model, self.logits_layer = image_model, text_model, logits_layer
         self.tokenizer, self.family, self.probabilities = tokenizer, family, probabilities
         self.patch_size, self.include_preprocessing = patch_size, bool(include_preprocessing)
+        self.vision_config, self.text_config, self.layout = vision_config, text_config, layout
+
+    def save_pretrained(self, directory, format: str | None = None, *, overwrite: bool = False) -> str:
+        """Write the model as a transformers directory (`format="transformers"`, the default: `AutoModel` loads it
+        strictly) or, for a model read from open_clip's files, as open_clip's (`format="open_clip"`), with its
+        tokenizer's files; see `vit_keras.zeroshot.save_pretrained.save_pretrained`."""
+        from vit_keras.zeroshot.save_pretrained import save_pretrained
+
+        return save_pretrained(self, directory, format=format, overwrite=overwrite)
 
     @property
     def image_size(self):
@@ -155,17 +176,17 @@ def build(checkpoint: Checkpoint, *, include_preprocessing: bool = True, image_s
           tokenizer: Tokenizer | None = None) -> ZeroShotModel:
     """The `ZeroShotModel` of a read checkpoint."""
     text = text_model(checkpoint.text_config)
-    assign(text_slots(text), checkpoint.text_params, checkpoint.path)
+    assign_slots(text_slots(text), checkpoint.text_params, source=f"{checkpoint.path}: the text tower", fix=_FIX)
     logits = ContrastiveLogits(logit_bias=checkpoint.family.logit_bias, name="logits")
     logits.build()
-    logits.logit_scale.assign(checkpoint.head_params["logit_scale"])
-    if logits.logit_bias is not None:
-        logits.logit_bias.assign(checkpoint.head_params["logit_bias"])
-    images = image_model(checkpoint, include_preprocessing=include_preprocessing, image_size=image_size,
-                         flexible=flexible)
+    images, vision_config = image_model_and_config(checkpoint, include_preprocessing=include_preprocessing,
+                                                   image_size=image_size, flexible=flexible)
+    assign_slots(head_slots(images, logits), checkpoint.head_params, source=f"{checkpoint.path}: the heads",
+                 fix=_FIX)
     return ZeroShotModel(images, text, logits, tokenizer, checkpoint.family_name, checkpoint.family.probabilities,
                          patch_size=checkpoint.vision_config.get("patch_size"),
-                         include_preprocessing=include_preprocessing)
+                         include_preprocessing=include_preprocessing, vision_config=vision_config,
+                         text_config=checkpoint.text_config, layout=checkpoint.layout)
 
 
 def from_pretrained(source, *, include_preprocessing: bool = True, image_size=None, flexible: bool = False,

@@ -1,7 +1,8 @@
 """open_clip's layout of CLIP (`open_clip_config.json` + `open_clip_model.safetensors`, as open_clip's
-`push_to_hf_hub` writes it), read as the transformers `CLIPModel` it is: a table of rules renames each tensor
-(open_clip module → transformers module, `{i}` = block index), splits the fused attention projections and turns the
-projection matrices (used as `x @ proj`) into Linear weights; the config becomes `CLIPModel`'s.
+`push_to_hf_hub` writes it): three rule tables (`vit_keras.weights.rules`) over the canonical names, the vision
+tower's (`VISION_TABLE`), the text tower's (`TEXT_TABLE`) and the heads' (`HEAD_TABLE`), read by the same engine as
+the transformers layout and run backwards by `vit_keras.save_pretrained(..., format="open_clip")`; the config
+becomes `CLIPModel`'s.
 
 Read: the OpenAI-style towers (`visual.transformer`, `transformer`) with their options at open_clip's defaults;
 pooling at the largest token id (open_clip's `argmax`, what transformers does for eos_token_id 2). Refused, by
@@ -9,8 +10,8 @@ name: timm vision trunks (`visual.trunk`, open_clip's SigLIP and ConvNeXt models
 and the other non-default options, and pickle weights (`open_clip_pytorch_model.bin`).
 
 Example:
-    >>> [(rule.source, rule.target) for rule in RULES if rule.kind == "qkv"][0]
-    ('visual.transformer.resblocks.{i}.attn.in_proj', 'vision_model.encoder.layers.{i}.self_attn.{qkv}_proj')
+    >>> [rule.source for rule in TEXT_TABLE.rules if rule.target == schema.TEXT_BLOCK_ATTENTION]
+    ['transformer.resblocks.{i}.attn.in_proj']
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ import dataclasses
 import json
 import os
 
-import numpy as np
-
+from vit_keras.weights import rules, schema
 from vit_keras.zeroshot.families import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 
 CONFIG_NAME = "open_clip_config.json"
@@ -41,44 +41,46 @@ TEXT_OPTIONS = {"ls_init_value": None, "embed_cls": False, "pad_id": 0, "no_caus
 QUICK_GELU = "quick_gelu"
 
 
-@dataclasses.dataclass(frozen=True)
-class Rule:
-    """open_clip module `source` → transformers module `target`; `kind`: `"copy"` (weight and bias as they are),
-    `"matrix"` (a projection used as `x @ P`: the Linear weight is Pᵀ, no bias), `"qkv"` (the fused in_proj split
-    into q, k, v along its outputs), `"tensor"` (a bare tensor)."""
-
-    source: str
-    target: str
-    kind: str = "copy"
-
-
-def _blocks(source: str, target: str) -> tuple:
-    block, layer = f"{source}.resblocks.{{i}}", f"{target}.encoder.layers.{{i}}"
+def _resblocks(tower: str, norm_1: str, norm_2: str, attention: str, mlp_in: str,
+               mlp_out: str) -> tuple:
+    """The rules of open_clip's `resblocks` (a torch `MultiheadAttention`: q, k and v fused as `in_proj`)."""
+    source = f"{tower}.resblocks.{{i}}"
     return (
-        Rule(f"{block}.ln_1", f"{layer}.layer_norm1"),
-        Rule(f"{block}.attn.in_proj", f"{layer}.self_attn.{{qkv}}_proj", "qkv"),
-        Rule(f"{block}.attn.out_proj", f"{layer}.self_attn.out_proj"),
-        Rule(f"{block}.ln_2", f"{layer}.layer_norm2"),
-        Rule(f"{block}.mlp.c_fc", f"{layer}.mlp.fc1"),
-        Rule(f"{block}.mlp.c_proj", f"{layer}.mlp.fc2"),
+        rules.Rule(f"{source}.ln_1", norm_1, rules.NORM, required=True),
+        rules.Rule(f"{source}.attn.in_proj", attention, rules.fused("query", "key", "value", sep="_"),
+                   required=True),
+        rules.Rule(f"{source}.attn.out_proj", f"{attention}/out", rules.HEADS_OUT, required=True),
+        rules.Rule(f"{source}.ln_2", norm_2, rules.NORM, required=True),
+        rules.Rule(f"{source}.mlp.c_fc", mlp_in, rules.LINEAR, required=True),
+        rules.Rule(f"{source}.mlp.c_proj", mlp_out, rules.LINEAR, required=True),
     )
 
 
-RULES = (
-    Rule("visual.class_embedding", "vision_model.embeddings.class_embedding", "tensor"),
-    Rule("visual.positional_embedding", "vision_model.embeddings.position_embedding.weight", "tensor"),
-    Rule("visual.conv1.weight", "vision_model.embeddings.patch_embedding.weight", "tensor"),
-    Rule("visual.ln_pre", "vision_model.pre_layrnorm"),
-    *_blocks("visual.transformer", "vision_model"),
-    Rule("visual.ln_post", "vision_model.post_layernorm"),
-    Rule("visual.proj", "visual_projection.weight", "matrix"),
-    Rule("token_embedding.weight", "text_model.embeddings.token_embedding.weight", "tensor"),
-    Rule("positional_embedding", "text_model.embeddings.position_embedding.weight", "tensor"),
-    *_blocks("transformer", "text_model"),
-    Rule("ln_final", "text_model.final_layer_norm"),
-    Rule("text_projection", "text_projection.weight", "matrix"),
-    Rule("logit_scale", "logit_scale", "tensor"),
-)
+# The vision tower (`visual.*`, its projection aside) over vit_keras' canonical names, read with the vision heads.
+VISION_TABLE = rules.Table("open_clip vision tower", (
+    rules.Rule("visual.class_embedding", "cls", rules.tokens(rank=1), required=True),
+    rules.Rule("visual.positional_embedding", schema.POS_EMBEDDING, rules.tokens(rank=2), required=True),
+    rules.Rule("visual.conv1", "embedding", rules.PATCH, required=True, bias="patch_bias"),
+    rules.Rule("visual.ln_pre", "pre_norm", rules.NORM, required=True),
+    *_resblocks("visual.transformer", schema.BLOCK_NORM_1, schema.BLOCK_NORM_2, schema.BLOCK_ATTENTION,
+                schema.BLOCK_MLP_IN, schema.BLOCK_MLP_OUT),
+    rules.Rule("visual.ln_post", "fc_norm", rules.NORM, required=True),
+))
+TEXT_TABLE = rules.Table("open_clip text tower", (
+    rules.Rule("token_embedding", f"{schema.TEXT_EMBEDDING}/token_embedding", rules.ARRAY, required=True),
+    rules.Rule("positional_embedding", f"{schema.TEXT_EMBEDDING}/position_embedding",
+               dataclasses.replace(rules.ARRAY, weight=""), required=True),
+    *_resblocks("transformer", schema.TEXT_BLOCK_NORM_1, schema.TEXT_BLOCK_NORM_2,
+                schema.TEXT_BLOCK_ATTENTION, schema.TEXT_BLOCK_MLP_IN, schema.TEXT_BLOCK_MLP_OUT),
+    rules.Rule("ln_final", schema.TEXT_FINAL_NORM, rules.NORM, required=True),
+    rules.Rule("text_projection", schema.TEXT_PROJECTION, rules.MATRIX, required=True),
+))
+# The projections are matrices used as `x @ proj`; the logit scale a 0-d tensor.
+HEAD_TABLE = rules.Table("open_clip heads", (
+    rules.Rule("visual.proj", schema.VISUAL_PROJECTION, rules.MATRIX, required=True),
+    rules.Rule(schema.LOGIT_SCALE, schema.LOGIT_SCALE, rules.scalar(0), required=True),
+))
+VISION_PREFIX = "visual."
 
 
 def is_open_clip_dir(path: str) -> bool:
@@ -154,44 +156,3 @@ def read_config(path: str) -> tuple[dict, dict | None]:
     preprocessor = {"do_normalize": True, "image_mean": list(pre.get("mean", OPENAI_CLIP_MEAN)),
                     "image_std": list(pre.get("std", OPENAI_CLIP_STD))}
     return config, preprocessor
-
-
-def to_transformers(tensors: dict, num_layers: dict, file: str) -> dict:
-    """open_clip's tensors under transformers' `CLIPModel` names; a tensor the table does not know is refused.
-
-    Example:
-        >>> out = to_transformers({"visual.proj": np.ones((4, 2), "float32"), "logit_scale": np.array(1.0)},
-        ...                       {"visual.transformer": 0, "transformer": 0}, "f")
-        >>> out["visual_projection.weight"].shape
-        (2, 4)
-    """
-    out, used = {}, set()
-    for rule in RULES:
-        tower = "visual.transformer" if rule.source.startswith("visual.transformer") else "transformer"
-        indices = range(num_layers[tower]) if "{i}" in rule.source else (None,)
-        for index in indices:
-            source = rule.source.replace("{i}", str(index))
-            target = rule.target.replace("{i}", str(index))
-            if rule.kind in ("tensor", "matrix"):
-                if source not in tensors:
-                    continue  # a missing tensor is refused by the transformers table, by its transformers name
-                used.add(source)
-                out[target] = tensors[source].T if rule.kind == "matrix" else tensors[source]
-            elif rule.kind == "qkv":
-                for param in ("weight", "bias"):
-                    key = f"{source}_{param}"
-                    if key in tensors:
-                        used.add(key)
-                        for part, array in zip("qkv", np.split(tensors[key], 3, axis=0)):
-                            out[f"{target.replace('{qkv}', part)}.{param}"] = array
-            else:
-                for param in ("weight", "bias"):
-                    key = f"{source}.{param}"
-                    if key in tensors:
-                        used.add(key)
-                        out[f"{target}.{param}"] = tensors[key]
-    unknown = sorted(key for key in tensors if key not in used)
-    if unknown:
-        raise ValueError(f"{file!r} holds tensors of an open_clip architecture vit_keras does not read: "
-                         f"{unknown[:8]}{' ...' if len(unknown) > 8 else ''}; nothing was loaded.")
-    return out

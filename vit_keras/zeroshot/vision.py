@@ -17,6 +17,8 @@ import keras
 
 import vit_keras
 from vit_keras import weights
+from vit_keras.configs import ViTConfig
+from vit_keras.model_class import config_of
 from vit_keras.weights import hf
 from vit_keras.zeroshot.hf_reader import PREPROCESSOR_NAME, Checkpoint
 
@@ -47,6 +49,13 @@ def image_model(checkpoint: Checkpoint, *, include_preprocessing: bool = True, i
     `include_preprocessing`, else normalised with the checkpoint's mean/std; the NaFlex dict with `flexible` for
     SigLIP 2) → projected image features (batch, E), not normalised.
     """
+    return image_model_and_config(checkpoint, include_preprocessing=include_preprocessing, image_size=image_size,
+                                  flexible=flexible)[0]
+
+
+def image_model_and_config(checkpoint: Checkpoint, *, include_preprocessing: bool = True, image_size=None,
+                           flexible: bool = False) -> tuple[keras.Model, ViTConfig]:
+    """`image_model(...)` and the vision tower's `ViTConfig` (what `save_pretrained` writes the tower as)."""
     kwargs = {"flexible": True} if flexible else {"image_size": image_size}
     vision = vit_keras.from_pretrained(vision_tower(checkpoint), include_top=False,
                                        pooling=checkpoint.family.vision_pooling,
@@ -54,8 +63,7 @@ def image_model(checkpoint: Checkpoint, *, include_preprocessing: bool = True, i
     features = vision.output
     projection = checkpoint.family.visual_projection
     if projection is not None:
-        params = checkpoint.head_params
-        dense = keras.layers.Dense(params[f"{projection}/kernel"].shape[1], use_bias=False, name=projection)
-        features = dense(features)
-        dense.kernel.assign(params[f"{projection}/kernel"])
-    return keras.Model(vision.input, features, name=IMAGE_MODEL_NAME)
+        # Its kernel is assigned with the other heads (`vit_keras.zeroshot.model.head_slots`).
+        width = checkpoint.head_params[f"{projection}/kernel"].shape[1]
+        features = keras.layers.Dense(width, use_bias=False, name=projection)(features)
+    return keras.Model(vision.input, features, name=IMAGE_MODEL_NAME), config_of(vision)
