@@ -83,7 +83,7 @@ LINEAR_PATCH = Transform(_no_heads(torch_layout.linear_patch), ("kernel", "bias"
 LINEAR_PATCH_CHW = Transform(_no_heads(torch_layout.linear_patch_chw), ("kernel", "bias"), bias=None,
                              inverse=_back_no_heads(torch_layout.linear_patch_chw_back))
 # A Linear without a bias (CLIP's projections): the module has a weight only.
-LINEAR_NO_BIAS = dataclasses.replace(LINEAR, bias=None)
+LINEAR_NO_BIAS = dataclasses.replace(LINEAR, bias=None, outputs=("kernel",))
 # An array kept in the source's shape (the text tower's token and position tables).
 ARRAY = Transform(_no_heads(torch_layout.array), ("",), weight="weight", bias=None,
                   inverse=_back_no_heads(torch_layout.array_back))

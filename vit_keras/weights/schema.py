@@ -110,7 +110,7 @@ TEXT_NAMES: tuple[str, ...] = (
 VISUAL_PROJECTION = "visual_projection"
 LOGIT_SCALE = "logit_scale"
 LOGIT_BIAS = "logit_bias"
-HEAD_NAMES: tuple[str, ...] = (*_names(VISUAL_PROJECTION, _DENSE), LOGIT_SCALE, LOGIT_BIAS)
+HEAD_NAMES: tuple[str, ...] = (f"{VISUAL_PROJECTION}/kernel", LOGIT_SCALE, LOGIT_BIAS)
 # Every name a rule table may target: one namespace for every tower and head (the prefixes keep them apart).
 ALL_NAMES: tuple[str, ...] = (*CANONICAL_NAMES, *TEXT_NAMES, *HEAD_NAMES)
 

@@ -54,14 +54,7 @@ def _refuse(what: str, fix: str):
 
 
 def model_arrays(model) -> tuple[dict, dict, dict]:
-    """(vision tower, text tower, heads): the model's canonical float32 arrays, each in its checkpoint layout.
-
-    Example:
-        >>> from vit_keras import zeroshot
-        >>> vision, text, heads = model_arrays(zeroshot.from_pretrained("tests/fixtures/zeroshot/clip/checkpoint"))
-        >>> sorted(heads)
-        ['logit_scale', 'visual_projection/kernel']
-    """
+    """(vision tower, text tower, heads): the model's canonical float32 arrays, each in its checkpoint layout."""
     heads = head_slots(model.image_model, model.logits_layer)
     vision = {name: slot.checkpoint_value() for name, slot in model_slots(model.image_model).items()
               if name not in heads}
@@ -136,14 +129,7 @@ def _vision_config(model, family: Family, params: dict) -> dict:
 
 
 def transformers_files(model) -> tuple[dict, dict[str, np.ndarray]]:
-    """(config.json, tensors) of the transformers image-text model that computes what `model` computes.
-
-    Example:
-        >>> from vit_keras import zeroshot
-        >>> config, tensors = transformers_files(zeroshot.from_pretrained("tests/fixtures/zeroshot/clip/checkpoint"))
-        >>> config["architectures"], tensors["logit_scale"].shape
-        (['CLIPModel'], ())
-    """
+    """(config.json, tensors) of the transformers image-text model that computes what `model` computes."""
     family = _family(model)
     _check_text(model, family)
     vision, text, heads = model_arrays(model)
@@ -165,15 +151,7 @@ def transformers_files(model) -> tuple[dict, dict[str, np.ndarray]]:
 
 def open_clip_files(model) -> tuple[dict, dict[str, np.ndarray]]:
     """(open_clip_config.json, tensors) of the open_clip CLIP that computes what `model` (read from open_clip's
-    files) computes.
-
-    Example:
-        >>> from vit_keras import zeroshot
-        >>> open_clip_files(zeroshot.from_pretrained("tests/fixtures/zeroshot/clip/checkpoint"))
-        Traceback (most recent call last):
-        ...
-        ValueError: format='open_clip' writes the models read from open_clip's files; this one was read from ...
-    """
+    files) computes."""
     _family(model)
     if model.layout != "open_clip":
         _refuse(f"format='open_clip' writes the models read from open_clip's files; this one was read from "
