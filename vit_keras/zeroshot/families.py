@@ -67,7 +67,7 @@ def text_table(name: str, layer: str, embeddings: tuple[str, str], final_norm: s
     Example:
         >>> len(text_table("toy", "layers.{i}", ("tok", "pos"), "ln", rules.Rule("proj", "text_projection",
         ...                                                                         rules.LINEAR)).rules)
-        13
+        12
     """
     block = f"{layer}."
     attention = [rules.Rule(f"{block}self_attn.{source}_proj", f"{schema.TEXT_BLOCK_ATTENTION}/{target}",
