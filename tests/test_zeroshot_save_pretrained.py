@@ -160,7 +160,7 @@ def test_what_transformers_cannot_hold_is_refused_and_nothing_is_left(models, tm
 def test_text_and_head_names_are_the_schema_and_every_one_is_declared(models):
     """The text towers' and heads' variables have canonical names (the tables are checked against the same
     list), and every TEXT_NAMES/HEAD_NAMES template is a name some family's model declares."""
-    from vit_keras.zeroshot.model import head_slots
+    from vit_keras.zeroshot.vision import head_slots
 
     declared = set()
     for model in models.values():

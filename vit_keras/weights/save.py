@@ -349,7 +349,7 @@ def _read_back(table, tensors, params, config):
 # ---- the directory
 
 
-def _refuse_link(directory) -> None:
+def refuse_link(directory) -> None:
     """Refuse a `directory` that is a symbolic link: the directory is replaced as a whole, which would replace the
     link itself (breaking whatever else uses it) rather than write where it points."""
     path = os.path.abspath(os.fspath(directory))  # "link/" names the link too
@@ -360,7 +360,7 @@ def _refuse_link(directory) -> None:
                          f"where it points. Pass the target path ({target!r}) to save there, or remove the link.")
 
 
-def _is_empty_dir(path: str) -> bool:
+def is_empty_dir(path: str) -> bool:
     return os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path)
 
 
@@ -401,7 +401,7 @@ def save_pretrained(model, directory, format: str | None = None, *, overwrite: b
     format = "timm" if format is None else format
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}.")
-    _refuse_link(directory)
+    refuse_link(directory)
     from vit_keras.weights import model_config  # the package imports the readers this module builds on
 
     config = model_config(model)
@@ -412,7 +412,7 @@ def save_pretrained(model, directory, format: str | None = None, *, overwrite: b
     else:
         contents, tensors = transformers_files(config, params, label_names)
     directory = os.fspath(directory)
-    with atomic_directory(directory, overwrite=overwrite or _is_empty_dir(directory)) as tmp:
+    with atomic_directory(directory, overwrite=overwrite or is_empty_dir(directory)) as tmp:
         write_directory(tmp, contents, tensors)
     return directory
 

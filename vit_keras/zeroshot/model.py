@@ -16,38 +16,18 @@ import keras
 import numpy as np
 
 from vit_keras.configs import ViTConfig
-from vit_keras.layers.checkpoint import nested, plain
 from vit_keras.weights import hub
 from vit_keras.weights.assign import assign_slots
-from vit_keras.weights.schema import LOGIT_BIAS, LOGIT_SCALE, VISUAL_PROJECTION
 from vit_keras.zeroshot import hub_files
 from vit_keras.zeroshot.hf_reader import Checkpoint, read_checkpoint
 from vit_keras.zeroshot.logits import ContrastiveLogits, l2_normalize
 from vit_keras.zeroshot.text import ATTENTION_MASK, TOKEN_IDS, text_model, text_slots
 from vit_keras.zeroshot.text_config import TextConfig
 from vit_keras.zeroshot.tokenizer import Tokenizer
-from vit_keras.zeroshot.vision import image_model_and_config
+from vit_keras.zeroshot.vision import head_slots, image_model_and_config
 
 TEXT_BATCH = 256  # texts encoded at a time
 _FIX = "Check that the file and its config.json describe the same model."
-
-
-def head_slots(image_model: keras.Model, logits: ContrastiveLogits) -> dict:
-    """`{canonical name: CheckpointVariable}` of what joins the towers: the logit scale (and bias), and CLIP's
-    `visual_projection` at the end of the image model.
-
-    Example:
-        >>> logits = ContrastiveLogits(logit_bias=True); logits.build()
-        >>> sorted(head_slots(keras.Sequential([keras.Input((2,))]), logits))
-        ['logit_bias', 'logit_scale']
-    """
-    slots = {LOGIT_SCALE: plain(logits.logit_scale)}
-    if logits.logit_bias is not None:
-        slots[LOGIT_BIAS] = plain(logits.logit_bias)
-    projection = [layer for layer in image_model.layers if layer.name == VISUAL_PROJECTION]
-    if projection:
-        slots.update(nested(VISUAL_PROJECTION, projection[0]))
-    return slots
 
 
 class ZeroShotModel:

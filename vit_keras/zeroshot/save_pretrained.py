@@ -34,8 +34,8 @@ from vit_keras.weights import save as vision_save
 from vit_keras.weights.assign import model_slots
 from vit_keras.zeroshot import hf_reader, open_clip
 from vit_keras.zeroshot.families import FAMILIES, Family
-from vit_keras.zeroshot.model import head_slots
 from vit_keras.zeroshot.text import text_slots
+from vit_keras.zeroshot.vision import head_slots
 
 logger = logging.getLogger("vit_keras.zeroshot")
 
@@ -270,7 +270,7 @@ def save_pretrained(model, directory, format: str | None = None, *, overwrite: b
     if format not in FORMATS:
         raise ValueError(f"A zero-shot model is written as format in {FORMATS}, got {format!r} (timm has no "
                          "image-text models).")
-    vision_save._refuse_link(directory)
+    vision_save.refuse_link(directory)
     if format == "transformers":
         config, tensors = transformers_files(model)
         names = (hf_reader.CONFIG_NAME, hf_reader.WEIGHTS_NAME)
@@ -281,7 +281,7 @@ def save_pretrained(model, directory, format: str | None = None, *, overwrite: b
     from safetensors.numpy import save_file
 
     directory = os.fspath(directory)
-    with atomic_directory(directory, overwrite=overwrite or vision_save._is_empty_dir(directory)) as tmp:
+    with atomic_directory(directory, overwrite=overwrite or vision_save.is_empty_dir(directory)) as tmp:
         _write_json(os.path.join(tmp, names[0]), config)
         # np.array, not np.ascontiguousarray, which makes a 0-d logit scale 1-d.
         save_file({key: np.array(value, np.float32, order="C") for key, value in tensors.items()},

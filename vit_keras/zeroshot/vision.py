@@ -18,9 +18,12 @@ import keras
 import vit_keras
 from vit_keras import weights
 from vit_keras.configs import ViTConfig
+from vit_keras.layers.checkpoint import nested, plain
 from vit_keras.model_class import config_of
 from vit_keras.weights import hf
+from vit_keras.weights.schema import LOGIT_BIAS, LOGIT_SCALE, VISUAL_PROJECTION
 from vit_keras.zeroshot.hf_reader import PREPROCESSOR_NAME, Checkpoint
+from vit_keras.zeroshot.logits import ContrastiveLogits
 
 IMAGE_MODEL_NAME = "image_model"
 
@@ -63,7 +66,25 @@ def image_model_and_config(checkpoint: Checkpoint, *, include_preprocessing: boo
     features = vision.output
     projection = checkpoint.family.visual_projection
     if projection is not None:
-        # Its kernel is assigned with the other heads (`vit_keras.zeroshot.model.head_slots`).
+        # Its kernel is assigned with the other heads (`head_slots`).
         width = checkpoint.head_params[f"{projection}/kernel"].shape[1]
         features = keras.layers.Dense(width, use_bias=False, name=projection)(features)
     return keras.Model(vision.input, features, name=IMAGE_MODEL_NAME), config_of(vision)
+
+
+def head_slots(image_model: keras.Model, logits: ContrastiveLogits) -> dict:
+    """`{canonical name: CheckpointVariable}` of what joins the towers: the logit scale (and bias), and CLIP's
+    `visual_projection` at the end of the image model.
+
+    Example:
+        >>> logits = ContrastiveLogits(logit_bias=True); logits.build()
+        >>> sorted(head_slots(keras.Sequential([keras.Input((2,))]), logits))
+        ['logit_bias', 'logit_scale']
+    """
+    slots = {LOGIT_SCALE: plain(logits.logit_scale)}
+    if logits.logit_bias is not None:
+        slots[LOGIT_BIAS] = plain(logits.logit_bias)
+    projection = [layer for layer in image_model.layers if layer.name == VISUAL_PROJECTION]
+    if projection:
+        slots.update(nested(VISUAL_PROJECTION, projection[0]))
+    return slots
