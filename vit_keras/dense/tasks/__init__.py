@@ -3,8 +3,9 @@ Depth Anything monocular depth and ViTPose keypoints (`from_pretrained`).
 
 Example:
     >>> from vit_keras.dense import tasks
-    >>> sorted(tasks.from_pretrained("tests/fixtures/tasks/eomt/checkpoint").output_shape)
-    ['class_queries_logits', 'masks_queries_logits']
+    >>> model = tasks.from_pretrained("tests/fixtures/tasks/vitpose_simple/checkpoint")  # RGB in [0, 255]
+    >>> {name: tuple(value.shape) for name, value in model(np.zeros((1, 32, 32, 3), "float32")).items()}
+    {'heatmaps': (1, 16, 16, 5)}
 """
 
 from vit_keras.dense.tasks.loader import from_pretrained

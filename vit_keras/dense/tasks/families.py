@@ -22,6 +22,7 @@ from vit_keras.weights.hf_family import (
     ACTIVATION,
     MLP_RATIO,
     QKV_BIAS,
+    REGISTERS,
     SIZE,
     SIZES,
     Family,
@@ -114,7 +115,7 @@ EOMT = Family(
         rules.Rule("embeddings.patch_embeddings.projection", "embedding", rules.PATCH, required=True,
                    bias="patch_bias"),
         rules.Rule("embeddings.cls_token", "cls", rules.TOKENS, required=True),
-        rules.Rule("embeddings.register_tokens", "reg", rules.TOKENS),
+        rules.Rule("embeddings.register_tokens", "reg", REGISTERS),  # (1, 0, D) without registers
         rules.Rule("embeddings.position_embeddings", schema.POS_EMBEDDING, rules.tokens("weight", rank=2),
                    required=True),
         *_block_rows("layers.{i}", ("norm1", "norm2"), ("attention.q_proj", "attention.k_proj", "attention.v_proj",

@@ -301,8 +301,8 @@ class DPTNeck(DeclaredLayer):
 @keras.saving.register_keras_serializable(package="vit_keras")
 class DepthHead(DeclaredLayer):
     """Depth Anything's head on the last fused map: 3x3 conv to half the width, bilinear align_corners=True to
-    the images' patch grid times `patch_size` (called with the images), 3x3 conv, ReLU, 1x1 conv to one channel, then ReLU
-    (`"relative"`) or sigmoid (`"metric"`) times `max_depth`. Returns `(B, H, W)`."""
+    the images' patch grid times `patch_size` (called with the images), 3x3 conv, ReLU, 1x1 conv to one channel,
+    then ReLU (`"relative"`) or sigmoid (`"metric"`) times `max_depth`. Returns `(B, H, W)`."""
 
     def __init__(self, head_hidden_size: int, patch_size: int, depth_estimation_type: str = "relative",
                  max_depth: float = 1.0, **kwargs):
@@ -332,7 +332,8 @@ class DepthHead(DeclaredLayer):
                                   for side in images_shape[1:3]])
 
     def get_config(self):
-        return {**super().get_config(), "head_hidden_size": self.head_hidden_size, "patch_size": self.patch_size, "depth_estimation_type": self.depth_estimation_type,
+        return {**super().get_config(), "head_hidden_size": self.head_hidden_size, "patch_size": self.patch_size,
+                "depth_estimation_type": self.depth_estimation_type,
                 "max_depth": self.max_depth}
 
 

@@ -2,12 +2,7 @@
 (`DepthAnythingForDepthEstimation`) and ViTPose (`VitPoseForPoseEstimation`), from a `save_pretrained` directory or
 a hub id. The config.json gives the architecture (`vit_keras.dense.tasks.families` reads the backbone's, this
 module the head's), the model is built (`vit_keras.dense.tasks.models`), and the weights are read with the model
-type's rule table and assigned all at once.
-
-Example:
-    >>> model = from_pretrained("tests/fixtures/tasks/vitpose_simple/checkpoint", include_preprocessing=False)
-    >>> model.output_shape
-    {'heatmaps': (None, 16, 16, 5)}
+type's rule table and assigned all at once (see `from_pretrained`'s example).
 """
 
 from __future__ import annotations
@@ -150,8 +145,8 @@ def from_pretrained(source, *, include_preprocessing: bool = True, image_size=No
 
     Example:
         >>> model = from_pretrained("tests/fixtures/tasks/depth_anything/checkpoint", image_size=(42, 70))
-        >>> model.output_shape
-        {'predicted_depth': (None, 42, 70)}
+        >>> model.input_shape, tuple(model(np.zeros((1, 42, 70, 3), "float32"))["predicted_depth"].shape)
+        ((None, 42, 70, 3), (1, 42, 70))
     """
     path = os.fspath(hub.resolve(source, revision=revision, token=token, cache_dir=cache_dir, sha256=sha256))
     if not hf.is_hf_dir(path):

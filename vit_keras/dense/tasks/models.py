@@ -13,10 +13,11 @@ The backbone is `vit_keras.models.build.build_vit`'s (its layers carry the canon
 Example:
     >>> from vit_keras.configs import ViTConfig
     >>> config = ViTConfig.from_dict(dict(patch_size=8, hidden_size=32, num_heads=2, num_layers=2, mlp_dim=64,
-    ...                                   image_size=(32, 32), class_token=False))
+    ...                                   image_size=(32, 32), class_token=False,
+    ...                                   global_pool="avg"))
     >>> model = vitpose_model(config, PoseHead(num_keypoints=5), include_preprocessing=False)
-    >>> model.output_shape
-    {'heatmaps': (None, 16, 16, 5)}
+    >>> {name: tuple(value.shape) for name, value in model(keras.ops.zeros((1, 32, 32, 3))).items()}
+    {'heatmaps': (1, 16, 16, 5)}
 """
 
 from __future__ import annotations

@@ -1,0 +1,93 @@
+"""`vit_keras.dense.from_pretrained`: the published task models (EoMT, Depth Anything, ViTPose) against the reference
+cases (tests/fixtures/tasks, made with transformers 5.23) within their tolerance (tests/task_cases.py: 1e-4 relative,
+100x the float32 noise floor), on every backend (tests/test_backends.py runs the reference test on JAX and PyTorch);
+the checkpoint's own preprocessing; and bad checkpoints refused by name before anything is built. Held-out cases
+made with transformers: tests/test_dense_tasks_heldout.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from tests import task_cases as cases
+from vit_keras import dense
+
+
+@pytest.mark.slow  # EoMT's case builds and runs in over 1.5 s
+@pytest.mark.parametrize("case", cases.CASES)
+def test_reference_case_matches_transformers(case):
+    model = dense.from_pretrained(cases.checkpoint(case), include_preprocessing=False)
+    outputs = model(cases.inputs(case))
+    assert sorted(outputs) == sorted(cases.expected(case))
+    errors = cases.relative_errors(outputs, cases.expected(case))
+    assert max(errors.values()) <= cases.RELATIVE_TOLERANCE, errors
+
+
+def test_preprocessing_takes_rgb_in_0_255():
+    # The fixture's input is already normalised with ImageNet's mean/std: the same images in [0, 255] through the
+    # model's own preprocessing (the published processors' normalisation: the directory has none of its own).
+    case = "vitpose_simple"
+    meta = json.load(open(os.path.join(cases.case_dir(case), "meta.json")))["preprocess"]
+    rgb = (cases.inputs(case) * np.array(meta["std"]) + np.array(meta["mean"])) * 255.0
+    model = dense.from_pretrained(cases.checkpoint(case))
+    errors = cases.relative_errors(model(rgb.astype("float32")), cases.expected(case))
+    assert max(errors.values()) <= cases.RELATIVE_TOLERANCE, errors
+
+
+# ---- bad checkpoints: refused by name, before a model is built
+
+def _copy(case: str, tmp_path, edit=None) -> str:
+    directory = tmp_path / case
+    shutil.copytree(cases.checkpoint(case), directory)
+    if edit is not None:
+        config = json.loads((directory / "config.json").read_text())
+        edit(config)
+        (directory / "config.json").write_text(json.dumps(config))
+    return str(directory)
+
+
+def test_backbone_checkpoint_is_refused_with_the_other_loader():
+    with pytest.raises(ValueError, match=r"'dinov2' model, not a task model .*use vit_keras.from_pretrained"):
+        dense.from_pretrained(os.path.join(cases.ROOT, "tests", "fixtures", "family", "hf_dinov2", "checkpoint"))
+
+
+def test_checkpoint_of_another_task_is_refused(tmp_path):
+    directory = _copy("depth_anything", tmp_path, lambda c: c.update(architectures=["DepthAnythingForSomethingElse"]))
+    with pytest.raises(ValueError, match=r"another task; vit_keras.dense.from_pretrained reads "
+                                         r"DepthAnythingForDepthEstimation"):
+        dense.from_pretrained(directory)
+
+
+def test_vitpose_plus_experts_are_refused(tmp_path):
+    directory = _copy("vitpose_simple", tmp_path, lambda c: c["backbone_config"].update(num_experts=6))
+    with pytest.raises(ValueError, match=r"num_experts > 1 is ViTPose\+\+"):
+        dense.from_pretrained(directory)
+
+
+def test_eomt_at_another_size_and_random_mask_annealing_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"image_size=\(64, 64\): EoMT runs at its configured image_size \(32, 32\)"):
+        dense.from_pretrained(cases.checkpoint("eomt"), image_size=64)
+    from safetensors.numpy import load_file, save_file
+
+    directory = _copy("eomt", tmp_path)
+    tensors = load_file(os.path.join(directory, "model.safetensors"))
+    tensors["attn_mask_probs"] = np.array([1.0, 0.5], np.float32)
+    save_file(tensors, os.path.join(directory, "model.safetensors"))
+    with pytest.raises(ValueError, match=r"attn_mask_probs \[1.0, 0.5\].*random queries"):
+        dense.from_pretrained(directory)
+
+
+def test_missing_head_tensor_is_refused_by_its_key(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    directory = _copy("depth_anything", tmp_path)
+    tensors = load_file(os.path.join(directory, "model.safetensors"))
+    del tensors["neck.fusion_stage.layers.2.residual_layer1.convolution2.bias"]
+    save_file(tensors, os.path.join(directory, "model.safetensors"))
+    with pytest.raises(ValueError, match=r"nothing was loaded.\nMissing \(1\): "
+                                         r"neck.fusion_stage.layers.2.residual_layer1.convolution2.bias"):
+        dense.from_pretrained(directory)
