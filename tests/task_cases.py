@@ -1,5 +1,5 @@
 """The dense task reference cases (tests/fixtures/tasks, made with transformers: see its README) and their measure,
-written once for the TensorFlow tests and the other backends' worker (it imports only NumPy, so a worker can).
+written once for the tests on every backend.
 
 Tolerance: per output, max |got - want| / max(1, max |want|) <= 1e-4 in float32, the fixtures' own bound: their
 README measures the float32 noise floor (the same weights in float64, or with transformers' other attention path)
@@ -8,6 +8,7 @@ at <= 1.0e-6, 100x below it, and every mistake it lists but the LayerNorm-eps an
 import json
 import os
 
+import keras
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,7 +39,7 @@ def relative_errors(found, want: dict) -> dict:
     """Per output: max |found - want| / max(1, max |want|); a shape mismatch is infinite."""
     errors = {}
     for name, reference in want.items():
-        got = np.asarray(found[name], np.float64)
+        got = np.asarray(keras.ops.convert_to_numpy(found[name]), np.float64)
         errors[name] = (float(np.abs(got - reference).max() / max(1.0, np.abs(reference).max()))
                         if got.shape == reference.shape else float("inf"))
     return errors

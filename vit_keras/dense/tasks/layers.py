@@ -75,9 +75,10 @@ def conv_transpose2d(x, kernel, bias=None, *, strides: int, padding: int = 0):
 
 class DeclaredLayer(keras.layers.Layer):
     """A layer whose variables are made with `declare(name, shape)` under their checkpoint names (relative to the
-    layer), which `checkpoint_variables` returns."""
+    layer), which `checkpoint_variables` returns. They hold a checkpoint's arrays: they start at zero (norm scales and
+    variances at one) until it is assigned, since random initializers compile one program per shape on JAX."""
 
-    def declare(self, name: str, shape, initializer="glorot_uniform"):
+    def declare(self, name: str, shape, initializer="zeros"):
         if not hasattr(self, "_declared"):
             self._declared = {}
         variable = self.add_weight(name=name.replace("/", "_"), shape=tuple(int(s) for s in shape),
@@ -109,7 +110,7 @@ class QueryTokens(DeclaredLayer):
         self.num_queries = int(num_queries)
 
     def build(self, input_shape):
-        self.queries = self.declare("embedding", (1, self.num_queries, input_shape[-1]), "zeros")
+        self.queries = self.declare("embedding", (1, self.num_queries, input_shape[-1]))
 
     def call(self, tokens):
         queries = ops.broadcast_to(ops.cast(self.queries, tokens.dtype),
@@ -130,7 +131,7 @@ class EomtMaskHead(DeclaredLayer):
 
     def build(self, input_shape):
         width = input_shape[-1]
-        self.fcs = [(self.declare(f"fc{k}/kernel", (width, width)), self.declare(f"fc{k}/bias", (width,), "zeros"))
+        self.fcs = [(self.declare(f"fc{k}/kernel", (width, width)), self.declare(f"fc{k}/bias", (width,)))
                     for k in (1, 2, 3)]
 
     def call(self, x):
@@ -158,10 +159,10 @@ class EomtUpscale(DeclaredLayer):
         width = input_shape[-1]
         self.blocks = [dict(
             deconv=(self.declare(f"block_{u}/deconv/kernel", (2, 2, width, width)),
-                    self.declare(f"block_{u}/deconv/bias", (width,), "zeros")),
+                    self.declare(f"block_{u}/deconv/bias", (width,))),
             dwconv=self.declare(f"block_{u}/dwconv/kernel", (3, 3, 1, width)),
             norm=(self.declare(f"block_{u}/norm/scale", (width,), "ones"),
-                  self.declare(f"block_{u}/norm/bias", (width,), "zeros")),
+                  self.declare(f"block_{u}/norm/bias", (width,))),
         ) for u in range(self.num_blocks)]
 
     def call(self, x):
@@ -241,23 +242,23 @@ class DPTNeck(DeclaredLayer):
         self.stages = []
         for s, (channels, factor) in enumerate(zip(self.neck_hidden_sizes, self.reassemble_factors)):
             stage = dict(projection=(self.declare(f"reassemble_{s}/projection/kernel", (1, 1, width, channels)),
-                                     self.declare(f"reassemble_{s}/projection/bias", (channels,), "zeros")))
+                                     self.declare(f"reassemble_{s}/projection/bias", (channels,))))
             if factor > 1:
                 stage["upsample"] = int(round(factor))
                 stage["resize"] = (self.declare(f"reassemble_{s}/resize/kernel", (int(round(factor)),) * 2
                                                 + (channels, channels)),
-                                   self.declare(f"reassemble_{s}/resize/bias", (channels,), "zeros"))
+                                   self.declare(f"reassemble_{s}/resize/bias", (channels,)))
             elif factor < 1:
                 stage["downsample"] = int(round(1 / factor))
                 stage["resize"] = (self.declare(f"reassemble_{s}/resize/kernel", (3, 3, channels, channels)),
-                                   self.declare(f"reassemble_{s}/resize/bias", (channels,), "zeros"))
+                                   self.declare(f"reassemble_{s}/resize/bias", (channels,)))
             stage["conv"] = self.declare(f"conv_{s}/kernel", (3, 3, channels, fusion))
             self.stages.append(stage)
         self.fusions = [dict(
             projection=(self.declare(f"fusion_{s}/projection/kernel", (1, 1, fusion, fusion)),
-                        self.declare(f"fusion_{s}/projection/bias", (fusion,), "zeros")),
+                        self.declare(f"fusion_{s}/projection/bias", (fusion,))),
             residual={r: [(self.declare(f"fusion_{s}/residual_{r}/conv_{c}/kernel", (3, 3, fusion, fusion)),
-                           self.declare(f"fusion_{s}/residual_{r}/conv_{c}/bias", (fusion,), "zeros"))
+                           self.declare(f"fusion_{s}/residual_{r}/conv_{c}/bias", (fusion,)))
                           for c in (1, 2)] for r in (1, 2)},
         ) for s in range(len(self.neck_hidden_sizes))]
 
@@ -315,7 +316,7 @@ class DepthHead(DeclaredLayer):
     def build(self, x_shape, images_shape=None):
         width, hidden = x_shape[-1], self.head_hidden_size
         shapes = {1: (3, 3, width, width // 2), 2: (3, 3, width // 2, hidden), 3: (1, 1, hidden, 1)}
-        self.convs = {c: (self.declare(f"conv_{c}/kernel", shape), self.declare(f"conv_{c}/bias", shape[-1:], "zeros"))
+        self.convs = {c: (self.declare(f"conv_{c}/kernel", shape), self.declare(f"conv_{c}/bias", shape[-1:]))
                       for c, shape in shapes.items()}
 
     def call(self, x, images):
@@ -376,7 +377,7 @@ class VitPoseSimpleDecoder(DeclaredLayer):
 
     def build(self, input_shape):
         self.conv = (self.declare("conv/kernel", (3, 3, input_shape[-1], self.num_keypoints)),
-                     self.declare("conv/bias", (self.num_keypoints,), "zeros"))
+                     self.declare("conv/bias", (self.num_keypoints,)))
 
     def call(self, x):
         size = (x.shape[1] * self.scale_factor, x.shape[2] * self.scale_factor)
@@ -403,7 +404,7 @@ class VitPoseClassicDecoder(DeclaredLayer):
                                 [self.declare(f"norm_{d}/{name}", (inner,), init) for name, init in
                                  (("scale", "ones"), ("bias", "zeros"), ("mean", "zeros"), ("variance", "ones"))]))
         self.conv = (self.declare("conv/kernel", (1, 1, inner, self.num_keypoints)),
-                     self.declare("conv/bias", (self.num_keypoints,), "zeros"))
+                     self.declare("conv/bias", (self.num_keypoints,)))
 
     def call(self, x):
         for kernel, (scale, bias, mean, variance) in self.stages:
