@@ -95,3 +95,12 @@ def test_missing_head_tensor_is_refused_by_its_key(tmp_path):
     with pytest.raises(ValueError, match=r"nothing was loaded.\nMissing \(1\): "
                                          r"neck.fusion_stage.layers.2.residual_layer1.convolution2.bias"):
         dense.from_pretrained(directory)
+
+
+def test_save_pretrained_refuses_a_model_it_did_not_load(tmp_path):
+    from vit_keras.dense import tasks
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)], name="plain")
+    with pytest.raises(ValueError, match=r"'plain' was not loaded by vit_keras.dense.from_pretrained"):
+        tasks.save_pretrained(model, tmp_path / "out")
+    assert not os.path.exists(tmp_path / "out")

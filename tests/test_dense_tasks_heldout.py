@@ -120,3 +120,16 @@ def test_heldout_eomt_without_registers_one_block_unmasked(tmp_path):
     assert want["masks_queries_logits"].shape == (2, 12, 12, 5)
     errors = cases.relative_errors(model(images), want)
     assert max(errors.values()) <= cases.RELATIVE_TOLERANCE, errors
+
+
+@pytest.mark.parametrize("case", cases.CASES)
+def test_save_pretrained_reloads_strictly_in_transformers(case, tmp_path):
+    from vit_keras.dense import tasks
+
+    model = dense.from_pretrained(cases.checkpoint(case), include_preprocessing=False)
+    directory = tasks.save_pretrained(model, tmp_path / case)
+    model_class = getattr(transformers, model.transformers_config["architectures"][0])
+    reference, info = model_class.from_pretrained(directory, output_loading_info=True, attn_implementation="eager")
+    assert not any(info.values()), info  # no missing, unexpected or mismatched keys
+    errors = cases.relative_errors(_reference(reference.eval(), cases.inputs(case)), cases.expected(case))
+    assert max(errors.values()) <= cases.RELATIVE_TOLERANCE, errors

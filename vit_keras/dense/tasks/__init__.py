@@ -1,5 +1,6 @@
 """Published task models on a ViT, loaded exactly from their transformers checkpoints: EoMT universal segmentation,
-Depth Anything monocular depth and ViTPose keypoints (`from_pretrained`).
+Depth Anything monocular depth and ViTPose keypoints (`from_pretrained`), and written back as transformers
+directories (`save_pretrained`).
 
 Example:
     >>> from vit_keras.dense import tasks
@@ -9,5 +10,6 @@ Example:
 """
 
 from vit_keras.dense.tasks.loader import from_pretrained
+from vit_keras.dense.tasks.save import save_pretrained
 
-__all__ = ["from_pretrained"]
+__all__ = ["from_pretrained", "save_pretrained"]

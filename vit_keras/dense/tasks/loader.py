@@ -180,4 +180,9 @@ def from_pretrained(source, *, include_preprocessing: bool = True, image_size=No
                   **({"name": name} if name else {}))
     assign_params(model, _unread_blocks(params, vit_config.num_layers, model), source=path, source_grid=stored_grid,
                   interpolation="bicubic")
+    # What `save_pretrained` writes back: the config, and the file's tensors the table leaves to the model class
+    # (buffers such as EoMT's attn_mask_probs, unused parameters such as DINOv2's mask token), as they were.
+    model.transformers_config = config
+    model.transformers_extra_tensors = {key: tensors[key] for key in tensors
+                                        if family.table.is_ignored(family.table.strip(key)[1])}
     return model
