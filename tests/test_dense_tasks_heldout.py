@@ -3,7 +3,8 @@ by `vit_keras.dense.from_pretrained` unchanged and compared with transformers' o
 cases' tolerance (tests/task_cases.py): Depth Anything with metric depth, other `out_indices` (the embeddings
 included, the last block unread) and `reassemble_factors`, on non-square images of two sizes and at a fixed size;
 ViTPose with the classic decoder on a non-square image; EoMT without registers whose second masked block reuses the
-first one's masks."""
+first one's masks; a Depth Anything image the patches do not tile refused. And `save_pretrained` reloaded by
+transformers, and the post-processing against the image processors'."""
 
 from __future__ import annotations
 
@@ -79,6 +80,8 @@ def test_heldout_depth_anything_metric_non_square_other_stages(tmp_path):
         errors = cases.relative_errors(model(images), want)
         assert errors["predicted_depth"] <= cases.RELATIVE_TOLERANCE, (shape, errors)
         assert want["predicted_depth"].shape == shape[:3]
+    with pytest.raises(ValueError, match="Image height 50 is not divisible by patch_size 14; use 42 or 56"):
+        model(np.zeros((1, 50, 56, 3), "float32"))
     fixed = dense.from_pretrained(str(tmp_path / "depth"), include_preprocessing=False, image_size=(42, 70))
     assert fixed.input_shape == (None, 42, 70, 3)
     images = _images((2, 42, 70, 3), 0)
@@ -133,3 +136,32 @@ def test_save_pretrained_reloads_strictly_in_transformers(case, tmp_path):
     assert not any(info.values()), info  # no missing, unexpected or mismatched keys
     errors = cases.relative_errors(_reference(reference.eval(), cases.inputs(case)), cases.expected(case))
     assert max(errors.values()) <= cases.RELATIVE_TOLERANCE, errors
+
+
+def test_post_processing_equals_the_processors():
+    # On the fixtures' outputs and on random logits (several classes win), computed by both in float64: the same
+    # class at every pixel, the same depth to float64 rounding.
+    from transformers.models.eomt.modeling_eomt import EomtForUniversalSegmentationOutput
+
+    from vit_keras.dense import tasks
+
+    rng = np.random.default_rng(0)
+    random = {"class_queries_logits": 3 * rng.normal(size=(2, 7, 5)),
+              "masks_queries_logits": 3 * rng.normal(size=(2, 8, 8, 7))}
+    processor = transformers.EomtImageProcessor(size={"shortest_edge": 32, "longest_edge": 32})
+    target_sizes = [(45, 37), (20, 64)]
+    for outputs in (cases.expected("eomt"), random):
+        reference = processor.post_process_semantic_segmentation(EomtForUniversalSegmentationOutput(
+            class_queries_logits=torch.tensor(outputs["class_queries_logits"]),
+            masks_queries_logits=torch.tensor(outputs["masks_queries_logits"]).permute(0, 3, 1, 2)),
+            target_sizes=target_sizes)
+        maps = tasks.post_process_semantic_segmentation(outputs, target_sizes, size=(32, 32))
+        for want, got in zip(reference, maps):
+            np.testing.assert_array_equal(got, want.numpy())
+    assert len(np.unique(maps[0])) > 1
+    depth = cases.expected("depth_anything")["predicted_depth"]
+    reference = transformers.DPTImageProcessor().post_process_depth_estimation(
+        transformers.modeling_outputs.DepthEstimatorOutput(predicted_depth=torch.tensor(depth)),
+        target_sizes=[(70, 90), (40, 30)])
+    for want, got in zip(reference, tasks.post_process_depth_estimation(depth, [(70, 90), (40, 30)])):
+        np.testing.assert_allclose(got, want["predicted_depth"].numpy(), rtol=0, atol=1e-12)
