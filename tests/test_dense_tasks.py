@@ -104,3 +104,34 @@ def test_save_pretrained_refuses_a_model_it_did_not_load(tmp_path):
     with pytest.raises(ValueError, match=r"'plain' was not loaded by vit_keras.dense.from_pretrained"):
         tasks.save_pretrained(model, tmp_path / "out")
     assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.slow  # serves and downloads a repository
+def test_hub_id_with_its_own_preprocessor_config(tmp_path, monkeypatch):
+    # A hub repository (tests/local_hub.py on 127.0.0.1) holding the ViTPose case and a preprocessor_config.json
+    # with mean = std = 0.5: the model is downloaded through the hub resolver and normalises as that file says.
+    from huggingface_hub import constants
+
+    from tests.local_hub import LocalHub
+
+    files = {name: open(os.path.join(cases.checkpoint("vitpose_simple"), name), "rb").read()
+             for name in ("config.json", "model.safetensors")}
+    files["preprocessor_config.json"] = json.dumps({"image_mean": [0.5] * 3, "image_std": [0.5] * 3}).encode()
+    server = LocalHub()
+    server.add("org/vitpose_tiny", files)
+    server.start()
+    try:
+        monkeypatch.setattr(constants, "ENDPOINT", server.endpoint)
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                            server.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf_cache"))
+        monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no_token"))
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+            monkeypatch.delenv(name, raising=False)
+        model = dense.from_pretrained("hf-hub:org/vitpose_tiny")
+    finally:
+        server.stop()
+    rgb = (cases.inputs("vitpose_simple") * 0.5 + 0.5) * 255.0
+    errors = cases.relative_errors(model(rgb.astype("float32")), cases.expected("vitpose_simple"))
+    assert max(errors.values()) <= cases.RELATIVE_TOLERANCE, errors
