@@ -4,7 +4,7 @@ cases' tolerance (tests/task_cases.py): Depth Anything with metric depth, other 
 included, the last block unread) and `reassemble_factors`, on non-square images of two sizes and at a fixed size;
 ViTPose with the classic decoder on a non-square image; EoMT without registers whose second masked block reuses the
 first one's masks; a Depth Anything image the patches do not tile refused. And `save_pretrained` reloaded by
-transformers, and the post-processing against the image processors'."""
+transformers, and the post-processing (segmentation, depth, keypoints) against the image processors'."""
 
 from __future__ import annotations
 
@@ -165,3 +165,28 @@ def test_post_processing_equals_the_processors():
         target_sizes=[(70, 90), (40, 30)])
     for want, got in zip(reference, tasks.post_process_depth_estimation(depth, [(70, 90), (40, 30)])):
         np.testing.assert_allclose(got, want["predicted_depth"].numpy(), rtol=0, atol=1e-12)
+
+
+def test_pose_post_processing_equals_the_processor():
+    # The fixture's heatmaps and random ones, boxes in pixels, and relative boxes with target sizes and a threshold
+    # that drops some keypoints: the same keypoints (bit for bit: the same float32 steps), scores, labels and boxes.
+    from transformers.models.vitpose.modeling_vitpose import VitPoseEstimatorOutput
+
+    from vit_keras.dense import tasks
+
+    processor = transformers.VitPoseImageProcessor(size={"height": 32, "width": 32})
+    random = np.random.default_rng(0).random((2, 16, 16, 5)).astype(np.float32)
+    for heatmaps in (cases.expected("vitpose_simple")["heatmaps"].astype(np.float32), random):
+        outputs = VitPoseEstimatorOutput(heatmaps=torch.tensor(heatmaps).permute(0, 3, 1, 2))
+        threshold = float(np.median(heatmaps.max(axis=(1, 2))))
+        for boxes, extra in (([[[10.0, 5.0, 40.0, 60.0]], [[3.0, 4.0, 20.0, 10.0]]], {}),
+                             ([[[0.1, 0.2, 0.3, 0.4]], [[0.5, 0.1, 0.2, 0.2]]],
+                              dict(target_sizes=[(100, 80), (60, 90)], threshold=threshold))):
+            reference = processor.post_process_pose_estimation(outputs, boxes=boxes, **extra)
+            found = tasks.post_process_pose_estimation(heatmaps, boxes, size=(32, 32), **extra)
+            kept = 0
+            for want, got in zip(reference, found):
+                for name in ("keypoints", "scores", "labels", "bbox"):
+                    np.testing.assert_array_equal(got[0][name], want[0][name].numpy(), err_msg=name)
+                kept += len(got[0]["labels"])
+            assert (0 < kept < 10) if "threshold" in extra else kept == 10  # 2 persons x 5 keypoints
