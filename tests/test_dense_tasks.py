@@ -135,3 +135,15 @@ def test_hub_id_with_its_own_preprocessor_config(tmp_path, monkeypatch):
     rgb = (cases.inputs("vitpose_simple") * 0.5 + 0.5) * 255.0
     errors = cases.relative_errors(model(rgb.astype("float32")), cases.expected("vitpose_simple"))
     assert max(errors.values()) <= cases.RELATIVE_TOLERANCE, errors
+
+
+@pytest.mark.slow  # builds, saves and reloads a model
+def test_keras_file_round_trip_keeps_the_outputs(tmp_path):
+    # EoMT's graph has the most parts (queries, per-block attention masks, the shared mask heads): a .keras file
+    # reloads it in safe mode with the same outputs.
+    model = dense.from_pretrained(cases.checkpoint("eomt"), include_preprocessing=False)
+    path = str(tmp_path / "eomt.keras")
+    model.save(path)
+    reloaded = keras.models.load_model(path)
+    errors = cases.relative_errors(reloaded(cases.inputs("eomt")), cases.expected("eomt"))
+    assert max(errors.values()) <= cases.RELATIVE_TOLERANCE, errors
