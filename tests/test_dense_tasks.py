@@ -66,10 +66,14 @@ def test_checkpoint_of_another_task_is_refused(tmp_path):
         dense.from_pretrained(directory)
 
 
-def test_vitpose_plus_experts_are_refused(tmp_path):
+def test_dataset_index_is_checked_against_the_experts(tmp_path):
     directory = _copy("vitpose_simple", tmp_path, lambda c: c["backbone_config"].update(num_experts=6))
-    with pytest.raises(ValueError, match=r"num_experts > 1 is ViTPose\+\+"):
-        dense.from_pretrained(directory)
+    for index in (None, 6, -1):
+        with pytest.raises(ValueError, match=rf"dataset_index={index}: .* is a ViTPose\+\+ model with 6 experts, one "
+                                             r"per training dataset; pass dataset_index=0...5"):
+            dense.from_pretrained(directory, dataset_index=index)
+    with pytest.raises(ValueError, match=r"dataset_index=2: .* is a ViTPose model with one expert \(not ViTPose\+\+\)"):
+        dense.from_pretrained(cases.checkpoint("vitpose_simple"), dataset_index=2)
 
 
 def test_eomt_at_another_size_and_random_mask_annealing_are_refused(tmp_path):

@@ -190,3 +190,23 @@ def test_pose_post_processing_equals_the_processor():
                     np.testing.assert_array_equal(got[0][name], want[0][name].numpy(), err_msg=name)
                 kept += len(got[0]["labels"])
             assert (0 < kept < 10) if "threshold" in extra else kept == 10  # 2 persons x 5 keypoints
+
+
+def test_heldout_vitpose_plus_expert_by_dataset_index(tmp_path):
+    # ViTPose++: 3 experts of 8 features each; the model loaded for dataset 1 equals transformers run with
+    # dataset_index 1 (and differs from dataset 0's, so the expert chosen matters).
+    backbone = transformers.VitPoseBackboneConfig(hidden_size=24, num_hidden_layers=2, num_attention_heads=2,
+                                                  mlp_ratio=2, image_size=[32, 24], patch_size=[8, 8],
+                                                  out_indices=[2], num_experts=3, part_features=8)
+    config = transformers.VitPoseConfig(backbone_config=backbone, num_labels=4)
+    torch.manual_seed(0)
+    reference = _perturbed(transformers.VitPoseForPoseEstimation(config), seed=6)
+    directory = _saved(reference, tmp_path / "pose_plus")
+    images = _images((2, 32, 24, 3), 7)
+    found = dense.from_pretrained(directory, include_preprocessing=False, dataset_index=1)(images)
+    for index, close in ((1, True), (0, False)):
+        with torch.no_grad():
+            want = reference(pixel_values=torch.from_numpy(images).permute(0, 3, 1, 2),
+                             dataset_index=torch.tensor([index, index])).heatmaps.permute(0, 2, 3, 1).numpy()
+        error = cases.relative_errors(found, {"heatmaps": want.astype(np.float64)})["heatmaps"]
+        assert (error <= cases.RELATIVE_TOLERANCE) == close, (index, error)

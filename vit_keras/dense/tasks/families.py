@@ -174,7 +174,7 @@ VITPOSE = Family(
         rules.Rule("head.deconv{d}", "pose_head/deconv_{d}", CONV_TRANSPOSE_NO_BIAS),
         rules.Rule("head.batchnorm{d}", "pose_head/norm_{d}", rules.NORM),
         rules.Rule("head.batchnorm{d}", "pose_head/norm_{d}", BATCH_NORM_STATISTICS),
-    ), refused=(("experts", "ViTPose++'s mixture-of-experts MLPs"),)),
+    ), refused=(("experts", "ViTPose++'s mixture-of-experts MLPs without num_experts > 1 in its config"),)),
 )
 
 TASK_FAMILIES = {family.model_type: family for family in (EOMT, DEPTH_ANYTHING, VITPOSE)}

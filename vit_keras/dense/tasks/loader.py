@@ -7,9 +7,12 @@ type's rule table and assigned all at once (see `from_pretrained`'s example).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
+
+import numpy as np
 
 from vit_keras.configs import ViTConfig, check_hw, config_fields
 from vit_keras.dense.tasks import models
@@ -26,11 +29,23 @@ IMAGENET_NORMALIZATION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 DEPTH_TYPES = ("relative", "metric")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What a task checkpoint's config says to build: the builder, the backbone's config, the head, the position
+    table's stored grid (None: the model's own) and the tensors to read (the file's, or a rewritten copy)."""
+
+    build: object
+    config: ViTConfig
+    head: object
+    tensors: object
+    stored_grid: tuple | None = None
+
+
 def _fields_config(fields: dict, **overrides) -> ViTConfig:
     return ViTConfig.from_dict({**{k: v for k, v in fields.items() if k in config_fields()}, **overrides})
 
 
-def _eomt(config: dict, file: str, tensors, fields: dict, image_size):
+def _eomt(config: dict, file: str, tensors, fields: dict, image_size, dataset_index) -> _Plan:
     if image_size is not None and tuple(image_size) != tuple(fields["image_size"]):
         raise ValueError(f"image_size={tuple(image_size)}: EoMT runs at its configured image_size "
                          f"{tuple(fields['image_size'])} ({file!r}), as transformers does; resize the images to it.")
@@ -50,7 +65,7 @@ def _eomt(config: dict, file: str, tensors, fields: dict, image_size):
         num_labels=len(json_config.require(config, "id2label", dict, file)),
         num_upscale_blocks=json_config.require(config, "num_upscale_blocks", int, file, default=2, positive=True),
         activation=fields["activation"])
-    return models.eomt_model, _fields_config(fields), head, None
+    return _Plan(models.eomt_model, _fields_config(fields), head, tensors)
 
 
 def _stages(backbone: dict, file: str, num_layers: int) -> tuple[str, ...]:
@@ -67,7 +82,7 @@ def _stages(backbone: dict, file: str, num_layers: int) -> tuple[str, ...]:
     return tuple(names[i] for i in indices)
 
 
-def _depth_anything(config: dict, file: str, tensors, fields: dict, image_size):
+def _depth_anything(config: dict, file: str, tensors, fields: dict, image_size, dataset_index) -> _Plan:
     backbone = config["backbone_config"]
     stages = _stages(backbone, file, fields["num_layers"])
     sizes = json_config.require(config, "neck_hidden_sizes", list, file)
@@ -93,24 +108,57 @@ def _depth_anything(config: dict, file: str, tensors, fields: dict, image_size):
     # Without an image size: any size, the table kept at its stored grid and resized at each call, as transformers.
     sizes = dict(image_size=tuple(image_size)) if image_size is not None else \
         dict(image_size=None, pos_grid=stored_grid, pos_interpolation="bicubic")
-    return models.depth_anything_model, _fields_config(fields, **sizes), head, stored_grid
+    return _Plan(models.depth_anything_model, _fields_config(fields, **sizes), head, tensors, stored_grid)
 
 
-def _vitpose(config: dict, file: str, tensors, fields: dict, image_size):
+_EXPERT = re.compile(r"^(?P<block>.*\.mlp)\.experts\.(?P<expert>\d+)\.(?P<param>weight|bias)$")
+
+
+def _with_expert(tensors, num_experts: int, dataset_index: int, file: str) -> dict:
+    """ViTPose++'s mixture-of-experts MLPs for one dataset: each block's `fc2` (the shared output features) joined
+    by that dataset's expert (the last `part_features`), as the plain MLP they compute together for its images."""
+    out, experts = {}, {}
+    for key, value in tensors.items():
+        found = _EXPERT.match(key)
+        if found:
+            experts[(found["block"], int(found["expert"]), found["param"])] = value
+        else:
+            out[key] = value
+    for (block, expert, param), value in experts.items():
+        if expert >= num_experts:
+            raise ValueError(f"{file!r} says num_experts={num_experts}, but the weights hold {block}.experts.{expert}.")
+        if expert == dataset_index:
+            shared = out.get(f"{block}.fc2.{param}")
+            if shared is None:
+                raise ValueError(f"The weights hold {block}.experts.{expert}.{param} but not {block}.fc2.{param}; "
+                                 "re-save the model's complete state dict.")
+            out[f"{block}.fc2.{param}"] = np.concatenate([shared, value], axis=0)
+    return out
+
+
+def _vitpose(config: dict, file: str, tensors, fields: dict, image_size, dataset_index) -> _Plan:
     if image_size is not None and tuple(image_size) != tuple(fields["image_size"]):
         raise ValueError(f"image_size={tuple(image_size)}: ViTPose runs at its configured image_size "
                          f"{tuple(fields['image_size'])} ({file!r}); crop and resize each person box to it.")
     backbone = config["backbone_config"]
-    if json_config.require(backbone, "num_experts", int, file, default=1) != 1:
-        raise ValueError(f"{file!r}: num_experts > 1 is ViTPose++ (mixture-of-experts MLPs chosen by dataset_index), "
-                         "which vit_keras does not implement yet; use a ViTPose checkpoint (num_experts 1).")
+    num_experts = json_config.require(backbone, "num_experts", int, file, default=1, positive=True)
+    if num_experts > 1:
+        if isinstance(dataset_index, bool) or not isinstance(dataset_index, int) or \
+                not 0 <= dataset_index < num_experts:
+            raise ValueError(f"dataset_index={dataset_index!r}: {os.path.dirname(file)!r} is a ViTPose++ model with "
+                             f"{num_experts} experts, one per training dataset; pass dataset_index=0..."
+                             f"{num_experts - 1} (the dataset whose keypoints the model predicts).")
+        tensors = _with_expert(tensors, num_experts, dataset_index, file)
+    elif dataset_index not in (None, 0):
+        raise ValueError(f"dataset_index={dataset_index!r}: {os.path.dirname(file)!r} is a ViTPose model with one "
+                         "expert (not ViTPose++); drop dataset_index.")
     stage = _stages(backbone, file, fields["num_layers"])[-1]
     simple = json_config.require(config, "use_simple_decoder", bool, file, default=True)
     head = models.PoseHead(
         num_keypoints=len(json_config.require(config, "id2label", dict, file)),
         decoder="simple" if simple else "classic",
         scale_factor=json_config.require(config, "scale_factor", int, file, default=4, positive=True), stage=stage)
-    return models.vitpose_model, _fields_config(fields), head, None
+    return _Plan(models.vitpose_model, _fields_config(fields), head, tensors)
 
 
 _TASKS = {"eomt": _eomt, "depth_anything": _depth_anything, "vitpose": _vitpose}
@@ -129,8 +177,9 @@ def _unread_blocks(params, num_layers: int, model) -> dict:
     return rules.CanonicalParams(kept, getattr(params, "origins", {}), getattr(params, "source", ""))
 
 
-def from_pretrained(source, *, include_preprocessing: bool = True, image_size=None, name: str | None = None,
-                    revision: str | None = None, token=None, cache_dir: str | None = None, sha256: str | None = None):
+def from_pretrained(source, *, include_preprocessing: bool = True, image_size=None, dataset_index: int | None = None,
+                    name: str | None = None, revision: str | None = None, token=None, cache_dir: str | None = None,
+                    sha256: str | None = None):
     """The transformers task model in `source` (a `save_pretrained` directory, or a hub id `"hf-hub:ORG/NAME"`) as
     a Keras model, its weights loaded exactly; its output is a dict keyed by transformers' output names, spatial
     outputs channels-last: EoMT `class_queries_logits` (B, Q, C+1) and `masks_queries_logits` (B, h, w, Q);
@@ -141,7 +190,8 @@ def from_pretrained(source, *, include_preprocessing: bool = True, image_size=No
     `False`: images already normalised. Depth Anything takes images of any size whose sides are multiples of the
     patch size, its position embeddings resized bicubic at each call as transformers does; `image_size` (int or
     (h, w)) fixes its input size instead (the embeddings resized once, at load). EoMT and ViTPose run at their
-    configured size.
+    configured size. `dataset_index`: for a ViTPose++ checkpoint (one MLP expert per training dataset), the dataset
+    whose expert the model computes.
 
     Example:
         >>> model = from_pretrained("tests/fixtures/tasks/depth_anything/checkpoint", image_size=(42, 70))
@@ -171,15 +221,16 @@ def from_pretrained(source, *, include_preprocessing: bool = True, image_size=No
         image_size = check_hw("image_size", image_size)
     fields, switches = read_backbone(family, config, file)
     tensors = hf.read_tensors(path)
-    build, vit_config, head, stored_grid = _TASKS[model_type](config, file, tensors, fields, image_size)
-    params = rules.apply_table(family.table, tensors, num_heads=fields["num_heads"],
-                               source=rules.source_name(tensors, None), switches=switches, fields=fields)
+    source_name = rules.source_name(tensors, None)
+    plan = _TASKS[model_type](config, file, tensors, fields, image_size, dataset_index)
+    params = rules.apply_table(family.table, plan.tensors, num_heads=fields["num_heads"], source=source_name,
+                               switches=switches, fields=fields)
     normalization = (hf.preprocessor_normalization(path) or IMAGENET_NORMALIZATION) if include_preprocessing \
         else None
-    model = build(vit_config, head, include_preprocessing=include_preprocessing, normalization=normalization,
-                  **({"name": name} if name else {}))
-    assign_params(model, _unread_blocks(params, vit_config.num_layers, model), source=path, source_grid=stored_grid,
-                  interpolation="bicubic")
+    model = plan.build(plan.config, plan.head, include_preprocessing=include_preprocessing,
+                       normalization=normalization, **({"name": name} if name else {}))
+    assign_params(model, _unread_blocks(params, plan.config.num_layers, model), source=path,
+                  source_grid=plan.stored_grid, interpolation="bicubic")
     # What `save_pretrained` writes back: the config, and the file's tensors the table leaves to the model class
     # (buffers such as EoMT's attn_mask_probs, unused parameters such as DINOv2's mask token), as they were.
     model.transformers_config = config

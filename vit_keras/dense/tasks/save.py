@@ -52,6 +52,10 @@ def save_pretrained(model, directory, *, overwrite: bool = False) -> str:
                          "its transformers config is unknown; load the checkpoint with it, then save.")
     config = copy.deepcopy(config)
     family = TASK_FAMILIES[config["model_type"]]
+    if config.get("backbone_config", {}).get("num_experts", 1) > 1:
+        raise ValueError(f"{model.name!r} is a ViTPose++ model folded for one dataset (its expert joined to the shared "
+                         "MLP), which transformers' ViTPose++ (all experts, chosen per image) cannot hold; save the "
+                         "original checkpoint instead.")
     fields, _ = read_backbone(family, config, "config.json")
     params = model_params(model)
     absent = [i for i in range(fields["num_layers"]) if f"{BLOCK.format(i=i)}/LayerNorm_0/scale" not in params]
