@@ -5,9 +5,8 @@ directories (`save_pretrained`); their outputs post-processed as the published i
 
 Example:
     >>> from vit_keras.dense import tasks
-    >>> model = tasks.from_pretrained("tests/fixtures/tasks/vitpose_simple/checkpoint")  # RGB in [0, 255]
-    >>> {name: tuple(value.shape) for name, value in model(np.zeros((1, 32, 32, 3), "float32")).items()}
-    {'heatmaps': (1, 16, 16, 5)}
+    >>> sorted(tasks.post_process_depth_estimation(np.zeros((1, 14, 14)), target_sizes=[(20, 30)])[0].shape)
+    [20, 30]
 """
 
 from vit_keras.dense.tasks.loader import from_pretrained

@@ -2,7 +2,7 @@
 (`DepthAnythingForDepthEstimation`) and ViTPose (`VitPoseForPoseEstimation`), from a `save_pretrained` directory or
 a hub id. The config.json gives the architecture (`vit_keras.dense.tasks.families` reads the backbone's, this
 module the head's), the model is built (`vit_keras.dense.tasks.models`), and the weights are read with the model
-type's rule table and assigned all at once (see `from_pretrained`'s example).
+type's rule table and assigned all at once.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _eomt(config: dict, file: str, tensors, fields: dict, image_size, dataset_in
         raise ValueError(f"attn_mask_probs {probs} in {os.path.dirname(file)!r}: a probability between 0 and 1 makes "
                          "transformers drop the masks of random queries at every call; vit_keras runs deterministic "
                          "models (each entry 0: no masked attention, or 1: masked). Use a checkpoint whose training "
-                         "finished its mask annealing (published EoMT checkpoints have 0).")
+                         "finished its mask annealing.")
     head = models.SegmentationHead(
         num_queries=json_config.require(config, "num_queries", int, file, default=200, positive=True),
         num_blocks=num_blocks, masked_blocks=tuple(p > 0 for p in probs),
@@ -164,17 +164,18 @@ def _vitpose(config: dict, file: str, tensors, fields: dict, image_size, dataset
 _TASKS = {"eomt": _eomt, "depth_anything": _depth_anything, "vitpose": _vitpose}
 
 
-def _unread_blocks(params, num_layers: int, model) -> dict:
-    """The params without the blocks the model does not compute (a backbone read at an earlier stage than its
-    last: transformers keeps and runs them, their output unused)."""
+def _split_unread_blocks(params, num_layers: int, model) -> tuple[dict, dict]:
+    """(the params of the model, those of the blocks it does not compute): a backbone read at an earlier stage than
+    its last (transformers keeps and runs them, their output unused)."""
     built = {layer.name for layer in model.layers}
     unused = [i for i in range(num_layers) if f"Transformer_encoderblock_{i}" not in built]
     if not unused:
-        return params
+        return params, {}
     pattern = re.compile("^(" + "|".join(re.escape(BLOCK.format(i=i)) + "/" for i in unused) + ")")
     kept = {key: value for key, value in params.items() if not pattern.match(key)}
     logger.info("Blocks %s come after the last stage read; they are not part of the model.", unused)
-    return rules.CanonicalParams(kept, getattr(params, "origins", {}), getattr(params, "source", ""))
+    unread = {key: value for key, value in params.items() if pattern.match(key)}
+    return rules.CanonicalParams(kept, getattr(params, "origins", {}), getattr(params, "source", "")), unread
 
 
 def from_pretrained(source, *, include_preprocessing: bool = True, image_size=None, dataset_index: int | None = None,
@@ -194,9 +195,9 @@ def from_pretrained(source, *, include_preprocessing: bool = True, image_size=No
     whose expert the model computes.
 
     Example:
-        >>> model = from_pretrained("tests/fixtures/tasks/depth_anything/checkpoint", image_size=(42, 70))
-        >>> model.input_shape, tuple(model(np.zeros((1, 42, 70, 3), "float32"))["predicted_depth"].shape)
-        ((None, 42, 70, 3), (1, 42, 70))
+        >>> model = from_pretrained("tests/fixtures/tasks/vitpose_simple/checkpoint")  # RGB in [0, 255]
+        >>> {name: tuple(value.shape) for name, value in model(np.zeros((1, 32, 32, 3), "float32")).items()}
+        {'heatmaps': (1, 16, 16, 5)}
     """
     path = os.fspath(hub.resolve(source, revision=revision, token=token, cache_dir=cache_dir, sha256=sha256))
     if not hf.is_hf_dir(path):
@@ -229,11 +230,14 @@ def from_pretrained(source, *, include_preprocessing: bool = True, image_size=No
         else None
     model = plan.build(plan.config, plan.head, include_preprocessing=include_preprocessing,
                        normalization=normalization, **({"name": name} if name else {}))
-    assign_params(model, _unread_blocks(params, plan.config.num_layers, model), source=path,
-                  source_grid=plan.stored_grid, interpolation="bicubic")
-    # What `save_pretrained` writes back: the config, and the file's tensors the table leaves to the model class
-    # (buffers such as EoMT's attn_mask_probs, unused parameters such as DINOv2's mask token), as they were.
+    params, unread = _split_unread_blocks(params, plan.config.num_layers, model)
+    assign_params(model, params, source=path, source_grid=plan.stored_grid, interpolation="bicubic")
+    # What `save_pretrained` writes back: the config, and the file's tensors the model does not hold (buffers such
+    # as EoMT's attn_mask_probs, unused parameters such as DINOv2's mask token, empty ones such as the register
+    # tokens of a model without registers, the blocks it does not compute), as they were.
     model.transformers_config = config
-    model.transformers_extra_tensors = {key: tensors[key] for key in tensors
-                                        if family.table.is_ignored(family.table.strip(key)[1])}
+    model.transformers_extra_tensors = {
+        **{key: tensors[key] for key in tensors
+           if tensors[key].size == 0 or family.table.is_ignored(family.table.strip(key)[1])},
+        **rules.invert_table(family.table, unread, num_heads=fields["num_heads"])}
     return model

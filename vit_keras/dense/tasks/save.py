@@ -15,13 +15,15 @@ Example:
 from __future__ import annotations
 
 import copy
+import json
 import os
+
+import numpy as np
 
 from vit_keras.dense.tasks.families import TASK_FAMILIES, read_backbone
 from vit_keras.files import atomic_directory
 from vit_keras.weights import rules
-from vit_keras.weights.save import model_params, write_directory
-from vit_keras.weights.schema import BLOCK
+from vit_keras.weights.save import model_params
 
 
 def _fixed_size_config(model, family, config: dict) -> dict:
@@ -41,7 +43,8 @@ def _fixed_size_config(model, family, config: dict) -> dict:
 def save_pretrained(model, directory, *, overwrite: bool = False) -> str:
     """Write a task model loaded by `vit_keras.dense.from_pretrained` as a transformers directory and return its
     path: the loaded config (with a fixed-size Depth Anything's image size), every weight as the model holds it,
-    and the tensors the model does not use (buffers, DINOv2's mask token) as the checkpoint had them.
+    and the tensors the model does not hold (buffers, DINOv2's mask token, the blocks after the last stage it reads)
+    as the checkpoint had them.
 
     The directory is written under a temporary name and renamed into place; an existing non-empty `directory` is
     refused unless `overwrite=True`.
@@ -58,15 +61,23 @@ def save_pretrained(model, directory, *, overwrite: bool = False) -> str:
                          "original checkpoint instead.")
     fields, _ = read_backbone(family, config, "config.json")
     params = model_params(model)
-    absent = [i for i in range(fields["num_layers"]) if f"{BLOCK.format(i=i)}/LayerNorm_0/scale" not in params]
-    if absent:
-        raise ValueError(f"{model.name!r} does not compute blocks {absent} (they come after the last stage it "
-                         "reads), so it does not hold their weights, which transformers' model has; save the "
-                         "original checkpoint instead.")
     config = _fixed_size_config(model, family, config)
     tensors = rules.invert_table(family.table, params, num_heads=fields["num_heads"])
     tensors.update(getattr(model, "transformers_extra_tensors", {}))
     directory = os.fspath(directory)
     with atomic_directory(directory, overwrite=overwrite) as tmp:
-        write_directory(tmp, config, tensors)
+        _write(tmp, config, tensors)
     return directory
+
+
+def _write(directory: str, config: dict, tensors: dict) -> None:
+    """`config.json` and `model.safetensors` (torch's `format: pt` metadata): float arrays as float32, the others
+    (BatchNorm's scalar int64 `num_batches_tracked`) with their own shape and type, as transformers reloads them."""
+    from safetensors.numpy import save_file
+
+    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    arrays = {key: np.array(value, np.float32 if np.issubdtype(np.asarray(value).dtype, np.floating) else None,
+                            order="C") for key, value in tensors.items()}
+    save_file(arrays, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
