@@ -220,6 +220,9 @@ def from_pretrained(source, *, include_preprocessing: bool = True, image_size=No
                          f"vit_keras.dense.from_pretrained reads {family.classes}.")
     if image_size is not None:
         image_size = check_hw("image_size", image_size)
+    if dataset_index is not None and model_type != "vitpose":
+        raise ValueError(f"dataset_index={dataset_index!r} chooses a ViTPose++ expert; {file!r} holds a "
+                         f"{family.classes}, which has none: drop dataset_index.")
     fields, switches = read_backbone(family, config, file)
     tensors = hf.read_tensors(path)
     source_name = rules.source_name(tensors, None)
