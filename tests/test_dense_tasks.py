@@ -74,7 +74,8 @@ def test_dataset_index_is_checked_against_the_experts(tmp_path):
             dense.from_pretrained(directory, dataset_index=index)
     with pytest.raises(ValueError, match=r"dataset_index=2: .* is a ViTPose model with one expert \(not ViTPose\+\+\)"):
         dense.from_pretrained(cases.checkpoint("vitpose_simple"), dataset_index=2)
-    with pytest.raises(ValueError, match=r"dataset_index=0 chooses a ViTPose\+\+ expert; .* holds a EomtForUniversalSegmentation"):
+    with pytest.raises(ValueError, match=r"dataset_index=0 chooses a ViTPose\+\+ expert; .* holds a "
+                                         r"EomtForUniversalSegmentation, which has none"):
         dense.from_pretrained(cases.checkpoint("eomt"), dataset_index=0)
 
 
