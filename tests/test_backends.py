@@ -39,6 +39,7 @@ FIXTURE_TESTS = [
     "tests/test_family.py::test_family_fixture_through_from_pretrained_and_keras_round_trip",
     "tests/test_inspection_models.py::test_first_block_attention_matches_numpy_softmax_of_the_blocks_weights",
     "tests/test_features.py::test_dense_fixture",
+    "tests/test_dense_tasks.py::test_reference_case_matches_transformers",
 ]
 # JAX compiles every new op shape eagerly; on a shared 2-core runner the whole set takes minutes. Every fixture
 # family at least once (PyTorch runs them all): vit_jax token and hybrid (the ResNet stem's convolutions and group

@@ -169,6 +169,23 @@ def _part_names():
     return names
 
 
+def _task_names():
+    """The names the task heads (`vit_keras.dense.tasks`) declare, under the layer names their models give them."""
+    from vit_keras.dense.tasks import layers as task
+
+    heads = [("queries", task.QueryTokens(2), ((None, 5, 8),)), ("mask_head", task.EomtMaskHead(), ((None, 2, 8),)),
+             ("upscale", task.EomtUpscale(1), ((None, 2, 2, 8),)), ("class_head", keras.layers.Dense(3), ((None, 8),)),
+             ("neck", task.DPTNeck([4, 4, 4], [2, 1, 0.5], 4), ([(None, 2, 2, 8)] * 3,)),
+             ("depth_head", task.DepthHead(2, 14), ((None, 4, 4, 4), (None, 28, 28, 3))),
+             ("pose_head", task.VitPoseSimpleDecoder(3), ((None, 2, 2, 8),)),
+             ("pose_head", task.VitPoseClassicDecoder(3), ((None, 2, 2, 8),))]
+    names = set()
+    for prefix, layer, shapes in heads:
+        layer.build(*shapes)
+        names |= {f"{prefix}/{name}" for name in checkpoint_variables(layer)}
+    return names
+
+
 @pytest.mark.slow
 def test_the_schema_is_the_union_of_the_layers_checkpoint_names():
     """Every name a model declares is canonical, and every canonical template is declared by some model."""
@@ -180,6 +197,10 @@ def test_the_schema_is_the_union_of_the_layers_checkpoint_names():
         declared |= names
         keras.backend.clear_session()
     declared |= _part_names()
+    task_names = _task_names()
+    assert all(schema.is_canonical(name) for name in task_names), sorted(
+        n for n in task_names if not schema.is_canonical(n))
+    declared |= task_names
     for template in schema.CANONICAL_NAMES:
         regex = schema.template_regex(template)
         assert any(regex.match(name) for name in declared), template

@@ -1,6 +1,7 @@
 """Dense prediction on ViT feature maps (`vit_keras.features`): ViTDet's simple feature pyramid, a linear
 segmentation probe and a DPT-style head for segmentation and monocular depth, their metrics, and models that put
-them on a backbone.
+them on a backbone; and the published task models (EoMT, Depth Anything, ViTPose) loaded exactly from their
+transformers checkpoints (`from_pretrained`, `vit_keras.dense.tasks`).
 
 Example:
     >>> from vit_keras import dense
@@ -16,6 +17,8 @@ from vit_keras.dense.heads import DPTHead, LinearSegmentationHead
 from vit_keras.dense.metrics import DepthThresholdAccuracy, depth_metrics, segmentation_metrics
 from vit_keras.dense.models import depth_model, segmentation_model
 from vit_keras.dense.pyramid import SimpleFeaturePyramid
+from vit_keras.dense.tasks import from_pretrained
 
 __all__ = ["DPTHead", "DepthThresholdAccuracy", "LinearSegmentationHead", "SimpleFeaturePyramid", "dense_saved_model",
-           "dense_tflite", "depth_metrics", "depth_model", "segmentation_metrics", "segmentation_model"]
+           "dense_tflite", "depth_metrics", "depth_model", "from_pretrained", "segmentation_metrics",
+           "segmentation_model"]

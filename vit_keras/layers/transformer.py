@@ -353,7 +353,9 @@ class TransformerBlock(Float32Rope, SublayerPolicies, keras.layers.Layer):
       first `num_prefix_tokens` tokens. With `query_tokens` the queries are the first tokens of the rotated sequence.
 
     Called with `token_mask` (`(batch, tokens)`, true for real tokens: a NaFlex batch), the padding is masked out of
-    the attention as keys, so that a real token's output does not depend on it.
+    the attention as keys, so that a real token's output does not depend on it. Called with `attention_mask`
+    (`(batch, tokens, tokens)`, true where a query token may attend to a key token: EoMT's mask-guided attention),
+    each query sees only its own keys.
 
     Example:
         >>> block = TransformerBlock(num_heads=2, mlp_dim=32)
@@ -425,7 +427,8 @@ class TransformerBlock(Float32Rope, SublayerPolicies, keras.layers.Layer):
             self.scale_1.build(query_shape)
             self.scale_3.build(query_shape)
 
-    def call(self, x, training=None, return_attention_scores=False, all_tokens=False, rope=None, token_mask=None):
+    def call(self, x, training=None, return_attention_scores=False, all_tokens=False, rope=None, token_mask=None,
+             attention_mask=None):
         if (rope is None) != (self.block.rope is None):
             raise ValueError(
                 f"TransformerBlock {self.name!r} was built with rope={self.block.rope!r} but called with"
@@ -433,8 +436,12 @@ class TransformerBlock(Float32Rope, SublayerPolicies, keras.layers.Layer):
                 "when the block has a RoPE layout."
             )
         attention_args = {} if rope is None else {"rope": rope}
+        if token_mask is not None and attention_mask is not None:
+            raise ValueError(f"TransformerBlock {self.name!r}: pass `token_mask` or `attention_mask`, not both.")
         if token_mask is not None:
             attention_args["attention_mask"] = ops.cast(token_mask, "bool")[:, None, :]
+        if attention_mask is not None:
+            attention_args["attention_mask"] = ops.cast(attention_mask, "bool")
         y = self.norm_1(x)
         query = y
         if self.query_tokens is not None and not all_tokens:

@@ -27,6 +27,7 @@ import functools
 import re
 
 from vit_keras.layers.encoder import POS_EMBEDDING_NAME
+from vit_keras.weights.task_schema import TASK_NAMES
 
 POS_EMBEDDING = POS_EMBEDDING_NAME  # declared by the layer that holds it
 BLOCK = "Transformer/encoderblock_{i}"
@@ -86,6 +87,8 @@ CANONICAL_NAMES: tuple[str, ...] = (
     "conv_root/kernel", *_names("gn_root", _NORM),
     *[f"block{{s}}/unit{{u}}/{conv}/kernel" for conv in ("conv1", "conv2", "conv3", "conv_proj")],
     *[name for gn in ("gn1", "gn2", "gn3", "gn_proj") for name in _names(f"block{{s}}/unit{{u}}/{gn}", _NORM)],
+    # the task heads (EoMT, Depth Anything, ViTPose)
+    *TASK_NAMES,
 )
 
 # The text tower of an image-text model (`vit_keras.zeroshot.text`): the token and position tables, the vision
