@@ -67,7 +67,7 @@ def build_module(model, class_names=None, templates=None, max_image_pixels=None,
     `tf.function`s."""
     import tensorflow as tf
 
-    from vit_keras.export.signatures import decode_images
+    from vit_keras.export.image_bytes import decode_images
     from vit_keras.zeroshot.graph_tokenizer import GraphTokenizer
 
     _check(model)
