@@ -15,8 +15,8 @@ import os
 
 import keras
 
-import vit_keras
 from vit_keras import weights
+from vit_keras.pretrained import from_pretrained
 from vit_keras.weights import hf
 from vit_keras.zeroshot.hf_reader import PREPROCESSOR_NAME, Checkpoint
 
@@ -48,9 +48,8 @@ def image_model(checkpoint: Checkpoint, *, include_preprocessing: bool = True, i
     SigLIP 2) → projected image features (batch, E), not normalised.
     """
     kwargs = {"flexible": True} if flexible else {"image_size": image_size}
-    vision = vit_keras.from_pretrained(vision_tower(checkpoint), include_top=False,
-                                       pooling=checkpoint.family.vision_pooling,
-                                       include_preprocessing=include_preprocessing, **kwargs)
+    vision = from_pretrained(vision_tower(checkpoint), include_top=False, pooling=checkpoint.family.vision_pooling,
+                             include_preprocessing=include_preprocessing, **kwargs)
     features = vision.output
     projection = checkpoint.family.visual_projection
     if projection is not None:
