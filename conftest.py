@@ -1,10 +1,11 @@
 """Hermetic test runs: the suite never reads or writes the user's home directory or a per-user cache.
 
-pytest loads this file before `tests/conftest.py` and `vit_keras/conftest.py`, so before anything imports
-TensorFlow, Keras, tfds, huggingface_hub, torch, matplotlib or Jupyter. Each pytest process (the main one and every
-pytest-xdist worker) gets its own empty directory under one temporary directory per run, and every environment
-variable that locates a home, a cache or a per-user configuration points into it: tfds prepares the bundled dataset
-there, Keras writes its `keras.json` there, the Hugging Face cache starts empty, and so on. The subprocesses that
+pytest loads this file before `tests/conftest.py` and the doctest set-up (`tests/doctest_setup.py`, a plugin
+loaded from here so that the package ships no test code), so before anything imports TensorFlow, Keras, tfds,
+huggingface_hub, torch, matplotlib or Jupyter. Each pytest process (the main one and every pytest-xdist worker)
+gets its own empty directory under one temporary directory per run, and every environment variable that locates a
+home, a cache or a per-user configuration points into it: tfds prepares the bundled dataset there, Keras writes
+its `keras.json` there, the Hugging Face cache starts empty, and so on. The subprocesses that
 tests start inherit the same variables. The run's directory is removed when the main process ends.
 
 `tests/test_hermetic.py` runs part of the suite with `HOME` pointed at an empty directory and checks that the
@@ -70,6 +71,9 @@ def isolate_process(environ=os.environ) -> str:
 
 
 PROCESS_DIRECTORY = isolate_process()
+
+# The set-up of the package's docstring examples; pytest imports it after this module, so after the isolation above.
+pytest_plugins = ["tests.doctest_setup"]
 
 
 def pytest_configure(config):

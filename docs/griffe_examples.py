@@ -2,7 +2,7 @@
 
 - The package's docstrings head their doctests `Example:`, which Google style (as griffe reads it) knows only as
   `Examples:`; without the rename, the doctest lines would be rendered as Markdown prose.
-- The doctests run with names made by the doctest setup (`vit_keras/conftest.py`: `np`, `keras`, `vit_keras`,
+- The doctests run with names made by the doctest setup (`tests/doctest_setup.py`: `np`, `keras`, `vit_keras`,
   `tiny_model`, `images`, `digits`, `tflite_file`, ...). A reader has no such setup, so an example that uses one of
   them is shown with the lines that define it first, under a `# Setup` comment: every example on the site defines
   what it uses. `SETUP` holds those lines; tests/test_docs.py checks them against the doctest setup.

@@ -97,8 +97,8 @@ def build(work: str) -> tuple[str, str]:
         names = wheel.namelist()
     if "vit_keras/resources/imagenet1k_classes.tsv" not in names:
         raise CheckFailed("the wheel lacks vit_keras/resources/imagenet1k_classes.tsv (package_data in setup.cfg)")
-    if any(name.startswith("tests/") for name in names):
-        raise CheckFailed("the wheel ships the tests/ directory")
+    if any(name.startswith("tests/") or os.path.basename(name) == "conftest.py" for name in names):
+        raise CheckFailed("the wheel ships test code (the tests/ directory or a conftest.py)")
     print(f"{os.path.basename(sdists[0])}, {os.path.basename(wheels[0])} ({len(names)} files)")
     return sdists[0], wheels[0]
 

@@ -342,19 +342,19 @@ def griffe_examples():
 
 
 def test_the_shown_setup_defines_what_the_doctest_setup_does(griffe_examples):
-    """The lines the API pages show for the doctest setup's names make the same objects as vit_keras/conftest.py."""
+    """The lines the API pages show for the doctest setup's names make the same objects as tests/doctest_setup.py."""
     import numpy as np
 
-    from vit_keras import conftest
+    from tests import doctest_setup
 
-    assert set(conftest.EXAMPLE_NAMES) | set(conftest.SESSION_FILES) <= set(griffe_examples.SETUP)
+    assert set(doctest_setup.EXAMPLE_NAMES) | set(doctest_setup.SESSION_FILES) <= set(griffe_examples.SETUP)
     namespace = {}
     for name in ("np", "keras", "vit_keras", "tiny_model", "images", "labels"):
         code = "\n".join(griffe_examples.SETUP[name])
         exec(compile(code, f"setup of {name}", "exec"), namespace)  # noqa: S102 (the docs' own lines)
-    assert namespace["tiny_model"].get_config() == conftest.tiny_model().get_config()
-    np.testing.assert_array_equal(namespace["images"], conftest.EXAMPLE_NAMES["images"]())
-    np.testing.assert_array_equal(namespace["labels"], conftest.EXAMPLE_NAMES["labels"]())
+    assert namespace["tiny_model"].get_config() == doctest_setup.tiny_model().get_config()
+    np.testing.assert_array_equal(namespace["images"], doctest_setup.EXAMPLE_NAMES["images"]())
+    np.testing.assert_array_equal(namespace["labels"], doctest_setup.EXAMPLE_NAMES["labels"]())
 
 
 def _example_sections(docstring: str):

@@ -216,7 +216,7 @@ def _encode(kind, pixels):
 def test_serve_bytes_reads_every_format_header_in_graph():
     """The in-graph header reader agrees with vit_keras.images on every accepted format: an image at the limit is
     decoded, one pixel over is refused, another format is refused by name."""
-    from vit_keras.export.signatures import decode_images
+    from vit_keras.export.image_bytes import decode_images
 
     def serve(data, limit):
         function = tf.function(lambda x: decode_images(x, (8, 8), limit),

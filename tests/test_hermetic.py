@@ -38,7 +38,7 @@ def test_the_libraries_read_the_isolated_locations(tmp_path):
 
 @pytest.mark.tf_only
 def test_tfds_prepares_the_bundled_dataset_inside_the_run_directory():
-    from vit_keras.conftest import prepare_bundled_dataset
+    from tests.doctest_setup import prepare_bundled_dataset
 
     assert _inside(prepare_bundled_dataset(), os.environ["TFDS_DATA_DIR"])
 

@@ -157,6 +157,14 @@ def test_encoded_bytes_are_checked_like_files(tmp_path, kind):
         images.check_image_bytes(b"plain words", "the upload")
 
 
+@pytest.mark.parametrize("kind, length", [("JPEG", 4), ("PNG", 20), ("GIF", 10)])
+def test_a_header_cut_before_its_size_is_named_truncated(kind, length):
+    """The first bytes say the format, but the file ends before its width and height (a PNG's IHDR is cut in its
+    width): refused as a truncated header of that format, not with a struct error."""
+    with pytest.raises(ValueError, match=rf"^the upload is not a readable {kind} image \(its header is truncated"):
+        images.check_image_bytes(_encoded(kind)[:length], "the upload")
+
+
 def test_gif_frames_count_against_the_limit_not_just_its_screen(tmp_path):
     """TF sizes a GIF by its frames' descriptors: a 1x1 screen over a 40x48 frame decodes to 40x48, and every
     frame of an animation is decoded. Both are counted."""

@@ -260,7 +260,7 @@ def test_flexible_inputs_are_checked_inside_a_graph():
 def test_naflex_size_in_the_graph_equals_naflex_size():
     import tensorflow as tf
 
-    from vit_keras.naflex_data import naflex_size_graph
+    from vit_keras.preprocessing import naflex_size_graph
 
     @tf.function
     def sizes(height, width):

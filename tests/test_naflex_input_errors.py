@@ -60,7 +60,8 @@ def test_a_budget_whose_images_exceed_the_pixel_limit_is_refused():
 def test_tf_data_helpers_refuse_a_patch_budget_above_the_limit():
     import tensorflow as tf
 
-    from vit_keras.naflex_data import naflex_example, naflex_map, naflex_size_graph
+    from vit_keras.naflex_data import naflex_example, naflex_map
+    from vit_keras.preprocessing import naflex_size_graph
     from vit_keras.training.naflex_pipelines import naflex_eval_pipeline, naflex_train_pipeline
 
     dataset = tf.data.Dataset.from_tensor_slices((tf.zeros((2, 16, 16, 3), tf.uint8), [0, 1]))
@@ -131,7 +132,7 @@ def test_a_thin_image_gets_its_whole_budget_along_its_long_side():
 def test_naflex_size_graph_equals_naflex_size_at_extreme_aspect_ratios():
     import tensorflow as tf
 
-    from vit_keras.naflex_data import naflex_size_graph
+    from vit_keras.preprocessing import naflex_size_graph
 
     @tf.function
     def sizes(height, width):

@@ -132,7 +132,7 @@ def _check_answered_per_image(signature, bad, reason, main_output):
 
 
 def test_the_jpeg_structure_check_passes_whole_files_and_refuses_broken_ones():
-    from vit_keras.export.signatures import jpeg_markers_in_place
+    from vit_keras.export.image_bytes import jpeg_markers_in_place
 
     check = tf.function(jpeg_markers_in_place, input_signature=[tf.TensorSpec((), tf.string)], autograph=False)
     photo = _photo(120, 160)
@@ -165,7 +165,7 @@ def test_the_jpeg_structure_check_passes_whole_files_and_refuses_broken_ones():
 def test_damage_inside_a_jpegs_compressed_data_is_not_detected():
     """What the documentation says is not detected: 300 zeroed bytes in the middle of a photograph's JPEG land in
     its compressed data; libjpeg repairs them with a warning, and the image is served as decoded."""
-    from vit_keras.export.signatures import decode_each_image
+    from vit_keras.export.image_bytes import decode_each_image
 
     serve = tf.function(lambda data: decode_each_image(data, lambda image: tf.image.resize(image, (32, 32)), 10**8),
                         input_signature=[tf.TensorSpec((None,), tf.string)], autograph=False)

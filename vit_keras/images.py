@@ -20,7 +20,9 @@ from __future__ import annotations
 import io
 import os
 import re
-import struct
+
+# The header reader and its table of formats are shared with the in-graph reader of the `serve_bytes` signature.
+from vit_keras.image_headers import ACCEPTED_FORMATS, read_header
 
 # The size limits live in vit_keras.limits (preprocessing reads them too); their names stay importable from here.
 from vit_keras.limits import (  # noqa: F401
@@ -32,92 +34,7 @@ from vit_keras.limits import (  # noqa: F401
     max_image_pixels,
 )
 
-ACCEPTED_FORMATS = ("JPEG", "PNG", "GIF", "BMP")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
-
-
-def _jpeg_size(f) -> tuple[int, int] | None:
-    """(width, height) from the first start-of-frame marker of a JPEG, reading segment headers only."""
-    f.seek(2)
-    while True:
-        marker = f.read(2)
-        while len(marker) == 2 and marker[0] == 0xFF and marker[1] == 0xFF:  # fill bytes
-            marker = marker[1:] + f.read(1)
-        if len(marker) < 2 or marker[0] != 0xFF:
-            return None
-        code = marker[1]
-        if code in (0xD8, 0x01) or 0xD0 <= code <= 0xD7:  # markers without a length
-            continue
-        length_bytes = f.read(2)
-        if len(length_bytes) < 2:
-            return None
-        (length,) = struct.unpack(">H", length_bytes)
-        if 0xC0 <= code <= 0xCF and code not in (0xC4, 0xC8, 0xCC):  # SOFn
-            frame = f.read(5)
-            if len(frame) < 5:
-                return None
-            height, width = struct.unpack(">HH", frame[1:5])
-            return width, height
-        if code == 0xDA or length < 2:  # image data before any frame header: not a valid JPEG
-            return None
-        f.seek(length - 2, os.SEEK_CUR)
-
-
-def _skip_sub_blocks(f) -> None:
-    while (length := f.read(1)) and length[0]:
-        f.seek(length[0], os.SEEK_CUR)
-
-
-def _gif_size(f) -> tuple[tuple[int, int], int] | None:
-    """((width, height), pixels) of a GIF: the canvas holds the logical screen and every frame, and the pixels
-    are what a decoder reads, every frame's (`tf.io.decode_image` reads them all, sized by their own descriptors,
-    not by the screen). Walks the block structure, skipping the image data."""
-    f.seek(6)
-    screen = f.read(7)
-    if len(screen) < 7:
-        return None
-    width, height, packed = struct.unpack("<HHB", screen[:5])
-    if packed & 0x80:  # global colour table
-        f.seek(3 << ((packed & 7) + 1), os.SEEK_CUR)
-    pixels = 0
-    while block := f.read(1):
-        if block == b"\x21":  # extension: label, then sub-blocks
-            f.seek(1, os.SEEK_CUR)
-            _skip_sub_blocks(f)
-        elif block == b"\x2c":  # image descriptor: left, top, width, height, packed
-            descriptor = f.read(9)
-            if len(descriptor) < 9:
-                break
-            _, _, frame_width, frame_height, packed = struct.unpack("<HHHHB", descriptor)
-            width, height = max(width, frame_width), max(height, frame_height)
-            pixels += frame_width * frame_height
-            if packed & 0x80:  # local colour table
-                f.seek(3 << ((packed & 7) + 1), os.SEEK_CUR)
-            f.seek(1, os.SEEK_CUR)  # LZW minimum code size
-            _skip_sub_blocks(f)
-        else:  # the trailer, or data that is no GIF block: a decoder stops here
-            break
-    return (width, height), max(pixels, width * height)
-
-
-def _header(f) -> tuple[str | None, tuple[int, int] | None, int | None]:
-    """The format, (width, height) and the pixels a decoder would produce, from the header of a binary file
-    object positioned at its start."""
-    head = f.read(32)
-    size = None
-    if head.startswith(b"\xff\xd8\xff"):
-        kind, size = "JPEG", _jpeg_size(f)
-    elif head.startswith(b"\x89PNG\r\n\x1a\n"):
-        kind, size = "PNG", struct.unpack(">II", head[16:24]) if head[12:16] == b"IHDR" else None
-    elif head[:6] in (b"GIF87a", b"GIF89a"):
-        gif = _gif_size(f)
-        return ("GIF", None, None) if gif is None else ("GIF", *gif)
-    elif head.startswith(b"BM") and len(head) >= 26:
-        width, height = struct.unpack("<ii", head[18:26])
-        kind, size = "BMP", (abs(width), abs(height))
-    else:
-        return None, None, None
-    return kind, size, None if size is None else size[0] * size[1]
 
 
 def image_header(path: str) -> tuple[str | None, tuple[int, int] | None]:
@@ -130,7 +47,7 @@ def image_header(path: str) -> tuple[str | None, tuple[int, int] | None]:
         ('PNG', (640, 480))
     """
     with open(path, "rb") as f:
-        return _header(f)[:2]
+        return read_header(f)[:2]
 
 
 def encoded_image_header(data: bytes) -> tuple[str | None, tuple[int, int] | None]:
@@ -143,7 +60,7 @@ def encoded_image_header(data: bytes) -> tuple[str | None, tuple[int, int] | Non
         >>> encoded_image_header(png.getvalue())
         ('PNG', (640, 480))
     """
-    return _header(io.BytesIO(data))[:2]
+    return read_header(io.BytesIO(data))[:2]
 
 
 def _describe_other(head: bytes) -> str:
@@ -209,7 +126,7 @@ def check_image_file(path, max_pixels: int | None = None) -> tuple[str, tuple[in
     if not os.path.isfile(path):
         raise ValueError(f"image file {path!r} does not exist")
     with open(path, "rb") as f:
-        kind, size, pixels = _header(f)
+        kind, size, pixels = read_header(f)
         f.seek(0)
         head = f.read(512)
     return _check_header(repr(path), kind, size, pixels, head, max_pixels)
@@ -227,7 +144,7 @@ def check_image_bytes(data: bytes, source: str = "the image", max_pixels: int | 
         >>> check_image_bytes(jpeg.getvalue(), "the image at 'https://example.com/cat.jpg'")
         ('JPEG', (500, 375))
     """
-    kind, size, pixels = _header(io.BytesIO(data))
+    kind, size, pixels = read_header(io.BytesIO(data))
     return _check_header(source, kind, size, pixels, bytes(data[:512]), max_pixels)
 
 

@@ -1,10 +1,10 @@
 """NaFlex inputs inside a TensorFlow graph: one image of any size -> the `patches`, `grid` and `mask` a flexible model
 takes (`vit_keras.ViT(flexible=True)`), for `tf.data` pipelines and exported signatures.
 
-Each image is resized to `naflex_size`'s size (the same bisection, in float64, so the same size as transformers'
-processor), with bilinear antialiased `tf.image.resize` (as `vit_keras.images.naflex_resize`), cut into patches in
-(row, column, channel) order and padded to `max_num_patches`: every example has the same shapes, so a dataset of
-images of mixed sizes batches with a plain `batch()`.
+Each image is resized to `naflex_size`'s size (`vit_keras.preprocessing.naflex_size_graph`: the same bisection, in
+float64, so the same size as transformers' processor), with bilinear antialiased `tf.image.resize` (as
+`vit_keras.images.naflex_resize`), cut into patches in (row, column, channel) order and padded to `max_num_patches`:
+every example has the same shapes, so a dataset of images of mixed sizes batches with a plain `batch()`.
 
 Example:
     >>> import tensorflow as tf
@@ -18,9 +18,7 @@ Example:
 from __future__ import annotations
 
 from vit_keras.configs import check_positive_int
-from vit_keras.preprocessing import check_max_num_patches
-
-NAFLEX_EPS = 1e-5  # transformers' get_image_size_for_max_num_patches bisection width
+from vit_keras.preprocessing import check_max_num_patches, naflex_size_graph
 
 
 def flexible_patch_size(model) -> int | None:
@@ -36,48 +34,6 @@ def flexible_patch_size(model) -> int | None:
 
     encoders = [layer for layer in model.layers if isinstance(layer, FlexiblePatchEncoder)]
     return int(encoders[0].patch_size) if encoders else None
-
-
-def naflex_size_graph(height, width, patch_size: int, max_num_patches: int, eps: float = NAFLEX_EPS):
-    """`vit_keras.preprocessing.naflex_size` as TensorFlow ops (`height`, `width` may be tensors): the same float64
-    bisections (transformers', then the one below its starting scale for extreme aspect ratios), so the same
-    (height, width), as an int32 pair.
-
-    Example:
-        >>> [int(v) for v in naflex_size_graph(480, 640, 16, 256)]
-        [224, 288]
-        >>> [int(v) for v in naflex_size_graph(10**9, 1, 8, 16)]
-        [128, 8]
-    """
-    import tensorflow as tf
-
-    from vit_keras.preprocessing import _FINE_BISECTION_STEPS
-
-    patch_size = check_positive_int("patch_size", patch_size)
-    budget = tf.constant(float(check_max_num_patches(max_num_patches)), tf.float64)
-    height, width = tf.cast(height, tf.float64), tf.cast(width, tf.float64)
-    patch = tf.constant(float(patch_size), tf.float64)
-
-    def side(scale, size):
-        return tf.maximum(patch, tf.math.ceil(size * scale / patch) * patch)
-
-    def fits(scale):
-        return (side(scale, height) / patch) * (side(scale, width) / patch) <= budget
-
-    def body(low, high):
-        scale = (low + high) / 2
-        scale_fits = fits(scale)
-        return tf.where(scale_fits, scale, low), tf.where(scale_fits, high, scale)
-
-    low, _ = tf.while_loop(lambda low, high: (high - low) >= eps, body,
-                           (tf.constant(eps / 10, tf.float64), tf.constant(100.0, tf.float64)))
-    # No scale tried fits (an extreme aspect ratio): search (0, eps / 10], as naflex_size does.
-    def fine(high):
-        return tf.while_loop(lambda low, high: True, body, (tf.zeros_like(high), high),
-                             maximum_iterations=_FINE_BISECTION_STEPS)[0]
-
-    low = tf.cond(fits(low), lambda: low, lambda: fine(low))
-    return tf.cast(side(low, height), tf.int32), tf.cast(side(low, width), tf.int32)
 
 
 def naflex_pixels_graph(image):

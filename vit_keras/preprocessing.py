@@ -1,4 +1,6 @@
-"""`preprocess_input`: turn RGB images in [0, 255] into what a vit_keras model takes, eagerly or inside a graph."""
+"""`preprocess_input`: turn RGB images in [0, 255] into what a vit_keras model takes, eagerly or inside a graph; and
+the size a NaFlex model's images are resized to: `naflex_size`, with its TensorFlow twin `naflex_size_graph` beside
+it, which `tf.data` pipelines and exported signatures compute in the graph."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import numbers
 import keras
 import numpy as np
 
+from vit_keras.configs import check_positive_int
 from vit_keras.limits import MAX_PIXELS_ENV, max_image_pixels
 
 DATA_FORMATS = ("channels_last", "channels_first")
@@ -81,12 +84,6 @@ def preprocess_input(images, include_preprocessing=True, data_format=None):
 MAX_NUM_PATCHES = 16_384
 
 
-def _check_size_argument(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-    return int(value)
-
-
 def check_max_num_patches(max_num_patches, patch_size=None, name: str = "`max_num_patches`") -> int:
     """`max_num_patches` as an int when it is a positive integer of at most `MAX_NUM_PATCHES`, else a `ValueError`
     naming `name` (the argument or command-line flag), the limit and the fix. With `patch_size`, an image of that
@@ -111,7 +108,7 @@ def check_max_num_patches(max_num_patches, patch_size=None, name: str = "`max_nu
             f"{gib:,.0f} GiB per head. Use at most {MAX_NUM_PATCHES:,} patches per image (SigLIP 2 uses 256 to "
             "1,024), or a larger patch size for large images.")
     if patch_size is not None:
-        patch_size = _check_size_argument("patch_size", patch_size)
+        patch_size = check_positive_int("patch_size", patch_size)
         pixels, limit = max_num_patches * patch_size ** 2, max_image_pixels()
         if pixels > limit:
             raise ValueError(
@@ -126,6 +123,9 @@ def _scaled_side(scale: float, size: int, patch_size: int) -> int:
     return int(max(patch_size, math.ceil(size * scale / patch_size) * patch_size))
 
 
+NAFLEX_EPS = 1e-5  # transformers' get_image_size_for_max_num_patches bisection width
+_LARGEST_SCALE = 100.0  # where that bisection starts from above
+
 # transformers' bisection starts at eps / 10; an image whose long side is more than about 10 / eps times its patch
 # budget does not fit even there, and the search below that scale halves it this many times (any size a float64
 # holds is then within one patch of the exact answer).
@@ -137,7 +137,7 @@ def _patch_count(scale: float, height: int, width: int, patch_size: int) -> int:
                                                                       // patch_size)
 
 
-def naflex_size(height, width, patch_size, max_num_patches, eps: float = 1e-5) -> tuple[int, int]:
+def naflex_size(height, width, patch_size, max_num_patches, eps: float = NAFLEX_EPS) -> tuple[int, int]:
     """The size SigLIP 2 NaFlex resizes an image of `height` x `width` to: the aspect ratio kept as far as whole
     patches allow, both sides multiples of `patch_size` (at least one patch each), at most `max_num_patches`
     patches (at most `MAX_NUM_PATCHES`). Exactly transformers' `Siglip2ImageProcessor`
@@ -157,10 +157,10 @@ def naflex_size(height, width, patch_size, max_num_patches, eps: float = 1e-5) -
         (128, 8)
     """
     for name, value in (("height", height), ("width", width), ("patch_size", patch_size)):
-        _check_size_argument(name, value)
+        check_positive_int(name, value)
     max_num_patches = check_max_num_patches(max_num_patches)
     height, width, patch_size = int(height), int(width), int(patch_size)
-    scale_min, scale_max = eps / 10, 100.0
+    scale_min, scale_max = eps / 10, _LARGEST_SCALE
     while (scale_max - scale_min) >= eps:
         scale = (scale_min + scale_max) / 2
         rows = _scaled_side(scale, height, patch_size) / patch_size
@@ -180,3 +180,43 @@ def naflex_size(height, width, patch_size, max_num_patches, eps: float = 1e-5) -
                 high = scale
         scale_min = low
     return _scaled_side(scale_min, height, patch_size), _scaled_side(scale_min, width, patch_size)
+
+
+def naflex_size_graph(height, width, patch_size: int, max_num_patches: int, eps: float = NAFLEX_EPS):
+    """`naflex_size` as TensorFlow ops (`height`, `width` may be tensors): the same float64 bisections
+    (transformers', then the one below its starting scale for extreme aspect ratios), so the same (height, width),
+    as an int32 pair.
+
+    Example:
+        >>> [int(v) for v in naflex_size_graph(480, 640, 16, 256)]
+        [224, 288]
+        >>> [int(v) for v in naflex_size_graph(10**9, 1, 8, 16)]
+        [128, 8]
+    """
+    import tensorflow as tf
+
+    patch_size = check_positive_int("patch_size", patch_size)
+    budget = tf.constant(float(check_max_num_patches(max_num_patches)), tf.float64)
+    height, width = tf.cast(height, tf.float64), tf.cast(width, tf.float64)
+    patch = tf.constant(float(patch_size), tf.float64)
+
+    def side(scale, size):
+        return tf.maximum(patch, tf.math.ceil(size * scale / patch) * patch)
+
+    def fits(scale):
+        return (side(scale, height) / patch) * (side(scale, width) / patch) <= budget
+
+    def body(low, high):
+        scale = (low + high) / 2
+        scale_fits = fits(scale)
+        return tf.where(scale_fits, scale, low), tf.where(scale_fits, high, scale)
+
+    low, _ = tf.while_loop(lambda low, high: (high - low) >= eps, body,
+                           (tf.constant(eps / 10, tf.float64), tf.constant(_LARGEST_SCALE, tf.float64)))
+    # No scale tried fits (an extreme aspect ratio): search (0, eps / 10], as naflex_size does.
+    def fine(high):
+        return tf.while_loop(lambda low, high: True, body, (tf.zeros_like(high), high),
+                             maximum_iterations=_FINE_BISECTION_STEPS)[0]
+
+    low = tf.cond(fits(low), lambda: low, lambda: fine(low))
+    return tf.cast(side(low, height), tf.int32), tf.cast(side(low, width), tf.int32)

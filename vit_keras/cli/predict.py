@@ -93,15 +93,15 @@ def batches(items, size: int):
 
 def _probabilities(model, scores, multi_label: bool):
     """`scores` as probabilities: a head without an activation (as `vit-keras train` builds it) outputs logits."""
+    import keras
     import numpy as np
+
+    from vit_keras.probabilities import activation_for, probabilities
 
     activation = getattr(model.layers[-1], "activation", None)
     if activation is not None and getattr(activation, "__name__", "linear") != "linear":
         return scores
-    if multi_label:
-        return 1.0 / (1.0 + np.exp(-scores))
-    shifted = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return shifted / shifted.sum(axis=-1, keepdims=True)
+    return np.asarray(keras.ops.convert_to_numpy(probabilities(scores, activation_for(multi_label))))
 
 
 def run(args) -> int:

@@ -73,11 +73,13 @@ def _load(paths, model, max_patches: int):
 
 
 def run(args) -> int:
+    import keras
     import numpy as np
 
     from vit_keras import zeroshot
     from vit_keras.cli.predict import batches
     from vit_keras.images import check_image_file
+    from vit_keras.probabilities import probabilities
 
     labels = parse_labels(args.labels)
     for path in args.images:  # every file is checked (header only) before the model is read
@@ -90,11 +92,7 @@ def run(args) -> int:
     for paths in batches(args.images, args.batch_size):
         features = np.concatenate([model.encode_image(images) for images in _load(paths, model, args.max_patches)])
         logits = model.logits(features, text)
-        if model.probabilities == "softmax":
-            shifted = np.exp(logits - logits.max(-1, keepdims=True))
-            scores = shifted / shifted.sum(-1, keepdims=True)
-        else:
-            scores = 1 / (1 + np.exp(-logits))
+        scores = np.asarray(keras.ops.convert_to_numpy(probabilities(logits, model.probabilities)))
         lines = []
         for path, row in zip(paths, scores):
             lines.append(path)

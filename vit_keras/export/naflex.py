@@ -19,15 +19,9 @@ import keras
 import numpy as np
 
 from vit_keras.configs import check_positive_int
+from vit_keras.export.image_bytes import BYTES_INPUT, decode_each_image, mark_failed_images
 from vit_keras.export.lite import write_tflite
-from vit_keras.export.signatures import (
-    BYTES_INPUT,
-    SERVE_BYTES,
-    SERVING_DEFAULT,
-    decode_each_image,
-    float32_model,
-    mark_failed_images,
-)
+from vit_keras.export.signatures import SERVE_BYTES, SERVING_DEFAULT, float32_model
 from vit_keras.files import atomic_directory, refuse_existing
 from vit_keras.layers.flexible import INPUT_KEYS, check_flexible_inputs, flexible_input_assertions
 from vit_keras.model_class import config_of
@@ -112,7 +106,7 @@ def naflex_saved_model(model, export_dir, max_num_patches: int, version: int = 1
       not where their lengths place them gets NaN `outputs`, `image_ok` False and an `image_error` naming it
       (`image_bytes[i]`) and the reason, and the other images' outputs are those they get alone. A JPEG whose
       compressed data is damaged inside, which libjpeg repairs with a warning only, is served as decoded (see
-      `vit_keras.export.signatures.decode_each_image`);
+      `vit_keras.export.image_bytes.decode_each_image`);
     - `serving_default`: the NaFlex dict itself, `patches` (batch, N, P·P·3), `grid` (batch, 2), `mask` (batch, N).
 
     The directory is written beside its place and renamed into it; an existing version needs `overwrite=True`.

@@ -82,7 +82,7 @@ def saved_model(
       `max_image_pixels` pixels (read from its header before anything is decoded), a file the decoder rejects
       (truncated, damaged), or a JPEG whose segments are not where their lengths place them. Not detected: bytes
       overwritten inside a JPEG's compressed data, which libjpeg repairs with a warning only that TensorFlow does
-      not expose; such an image is served as decoded (`signatures.decode_each_image`).
+      not expose; such an image is served as decoded (`image_bytes.decode_each_image`).
 
     The directory is written to a hidden temporary directory beside it and renamed into place, so TF
     Serving never loads a half-written version. It loads with TensorFlow alone (`tf.saved_model.load`), no

@@ -8,8 +8,8 @@ images are scaled from 0..65535 to it.
 from __future__ import annotations
 
 from vit_keras.configs import check_positive_int
-from vit_keras.naflex_data import naflex_buckets, naflex_example, naflex_pixels_graph, naflex_size_graph
-from vit_keras.preprocessing import check_max_num_patches
+from vit_keras.naflex_data import naflex_buckets, naflex_example, naflex_pixels_graph
+from vit_keras.preprocessing import check_max_num_patches, naflex_size_graph
 from vit_keras.training import data
 
 NAFLEX_CROPS = ("inception", "resize", "shift")  # data.CROPS, each applied at the image's own size

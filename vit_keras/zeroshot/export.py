@@ -67,12 +67,12 @@ def build_module(model, class_names=None, templates=None, max_image_pixels=None,
     `tf.function`s."""
     import tensorflow as tf
 
-    from vit_keras.export.signatures import decode_images
+    from vit_keras.export.image_bytes import decode_images
+    from vit_keras.probabilities import probabilities
     from vit_keras.zeroshot.graph_tokenizer import GraphTokenizer
 
     _check(model)
     image_size = model.image_size
-    softmax = model.probabilities == "softmax"
     module = tf.Module(name="zeroshot_serving")
     if strings:
         if model.tokenizer is None:
@@ -95,7 +95,7 @@ def build_module(model, class_names=None, templates=None, max_image_pixels=None,
 
     def scored(logits):
         return {"logits_per_image": logits,
-                "scores": tf.nn.softmax(logits, axis=-1) if softmax else tf.sigmoid(logits)}
+                "scores": probabilities(logits, model.probabilities, ops=tf.nn)}
 
     height, width = (None, None) if image_size is None else image_size
     images_spec = tf.TensorSpec((None, height, width, 3), tf.float32, name=IMAGES)

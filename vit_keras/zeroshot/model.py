@@ -16,6 +16,7 @@ import keras
 import numpy as np
 
 from vit_keras.configs import ViTConfig
+from vit_keras.probabilities import probabilities
 from vit_keras.weights import hub
 from vit_keras.weights.assign import assign_slots
 from vit_keras.zeroshot import hub_files
@@ -147,9 +148,7 @@ class ZeroShotModel:
     def classify(self, images, class_names, templates=None):
         """Scores (N, classes): softmax over the classes for CLIP, a sigmoid per class for SigLIP."""
         logits = self.logits(self.encode_image(images), self.class_text_features(class_names, templates))
-        if self.probabilities == "softmax":
-            return np.asarray(keras.ops.convert_to_numpy(keras.ops.softmax(logits, axis=-1)))
-        return np.asarray(keras.ops.convert_to_numpy(keras.ops.sigmoid(logits)))
+        return np.asarray(keras.ops.convert_to_numpy(probabilities(logits, self.probabilities)))
 
 
 def build(checkpoint: Checkpoint, *, include_preprocessing: bool = True, image_size=None, flexible: bool = False,

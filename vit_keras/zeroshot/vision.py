@@ -15,11 +15,11 @@ import os
 
 import keras
 
-import vit_keras
 from vit_keras import weights
 from vit_keras.configs import ViTConfig
 from vit_keras.layers.checkpoint import nested, plain
 from vit_keras.model_class import config_of
+from vit_keras.pretrained import from_pretrained
 from vit_keras.weights import hf
 from vit_keras.weights.schema import LOGIT_BIAS, LOGIT_SCALE, VISUAL_PROJECTION
 from vit_keras.zeroshot.hf_reader import PREPROCESSOR_NAME, Checkpoint
@@ -60,9 +60,8 @@ def image_model_and_config(checkpoint: Checkpoint, *, include_preprocessing: boo
                            flexible: bool = False) -> tuple[keras.Model, ViTConfig]:
     """`image_model(...)` and the vision tower's `ViTConfig` (what `save_pretrained` writes the tower as)."""
     kwargs = {"flexible": True} if flexible else {"image_size": image_size}
-    vision = vit_keras.from_pretrained(vision_tower(checkpoint), include_top=False,
-                                       pooling=checkpoint.family.vision_pooling,
-                                       include_preprocessing=include_preprocessing, **kwargs)
+    vision = from_pretrained(vision_tower(checkpoint), include_top=False, pooling=checkpoint.family.vision_pooling,
+                             include_preprocessing=include_preprocessing, **kwargs)
     features = vision.output
     projection = checkpoint.family.visual_projection
     if projection is not None:

@@ -1,4 +1,6 @@
-"""Doctest set-up for `pytest --doctest-modules vit_keras` (part of `make test`).
+"""Doctest set-up for `pytest --doctest-modules vit_keras` (part of `make test`): a pytest plugin that the
+repository's `conftest.py` loads, so that the package itself ships no test code. It acts on the examples of the
+package's modules only; the tests and the examples of other files run without it.
 
 Every example runs with `np`, `keras` and `vit_keras` imported, under the float32 policy, with a fixed seed, in a
 fresh temporary working directory (files an example writes vanish with it) in which `tests/` points at the
@@ -25,6 +27,8 @@ import os
 import re
 from pathlib import Path
 
+from _pytest.doctest import DoctestItem
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
@@ -34,13 +38,29 @@ import pytest  # noqa: E402
 import vit_keras  # noqa: E402
 
 REPOSITORY = Path(__file__).resolve().parent.parent
+PACKAGE = Path(vit_keras.__file__).resolve().parent
 
 # Modules that import an optional dependency at import time, by the dependency (module names, not extras).
 OPTIONAL_IMPORTS = {"datasets/digits.py": "tensorflow_datasets", "datasets/shapes.py": "tensorflow_datasets"}
-collect_ignore = [path for path, module in OPTIONAL_IMPORTS.items() if importlib.util.find_spec(module) is None]
 # vit_keras.vit, .utils and .visualize are aliases of vit_keras.compat's modules, and vit_keras.data of
 # vit_keras.training.data: their examples run from there.
-collect_ignore += ["vit.py", "utils.py", "visualize.py", "data.py"]
+ALIAS_MODULES = ("vit.py", "utils.py", "visualize.py", "data.py")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The package's modules that are not collected (paths inside the package); None leaves the others to pytest."""
+    try:
+        inside = collection_path.resolve().relative_to(PACKAGE).as_posix()
+    except ValueError:
+        return None
+    missing = OPTIONAL_IMPORTS.get(inside)
+    if inside in ALIAS_MODULES or (missing and importlib.util.find_spec(missing) is None):
+        return True
+    return None
+
+
+def _is_package_example(item) -> bool:
+    return isinstance(item, DoctestItem) and PACKAGE in Path(str(item.path)).resolve().parents
 
 # Modules whose examples run TensorFlow itself (SavedModel, TFLite, tf.data, tf.distribute).
 TF_ONLY_MODULES = ("vit_keras.export", "vit_keras.datasets", "vit_keras.training", "vit_keras.dense.export")
@@ -93,6 +113,8 @@ def pytest_collection_modifyitems(config, items):
     backend = keras.backend.backend()
     skip = pytest.mark.skip(reason=f"needs the TensorFlow backend (KERAS_BACKEND={backend})")
     for item in items:
+        if not _is_package_example(item):
+            continue
         if item.name in SLOW_EXAMPLES or _names_used(item) & set(SESSION_FILES):
             item.add_marker(pytest.mark.slow)  # an example that reads a session file may be the one that makes it
         # model.quantize says which layers (InputLayer, Dropout, ...) have nothing to quantize.
@@ -191,7 +213,12 @@ def _names_used(item) -> set:
 
 
 @pytest.fixture(autouse=True)
-def _doctest_environment(request, doctest_namespace, tmp_path, tmp_path_factory, monkeypatch):
+def _doctest_environment(request):
+    if not _is_package_example(request.node):
+        yield
+        return
+    doctest_namespace, tmp_path, tmp_path_factory, monkeypatch = (
+        request.getfixturevalue(name) for name in ("doctest_namespace", "tmp_path", "tmp_path_factory", "monkeypatch"))
     doctest_namespace.update(np=np, keras=keras, vit_keras=vit_keras)
     used = _names_used(request.node)
     for dataset in sorted(_bundled_datasets_named(request.node) - _prepared_datasets):
