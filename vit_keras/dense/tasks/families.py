@@ -1,6 +1,6 @@
 """The readers of transformers' task checkpoints: for each model type, the config.json keys that give the backbone's
-`ViTConfig` fields (a `vit_keras.weights.hf_family.Family` row, as the backbones' readers) and one rule table onto
-the canonical names (`vit_keras.weights.schema`, with the task heads' `vit_keras.weights.task_schema`): the
+`ViTConfig` fields (a `vit_keras.weights.hf_family_record.Family` row, as the backbones' readers) and one rule
+table onto the canonical names (`vit_keras.weights.schema`, with the task heads' `vit_keras.weights.task_schema`): the
 backbone's rows and the head's. `vit_keras.weights.rules.apply_table` reads a file with it, all of it or nothing.
 
 Example:
@@ -17,8 +17,7 @@ import dataclasses
 import numpy as np
 
 from vit_keras.weights import json_config, rules, schema
-from vit_keras.weights.hf_families import FAMILIES
-from vit_keras.weights.hf_family import (
+from vit_keras.weights.hf_family_record import (
     ACTIVATION,
     MLP_RATIO,
     QKV_BIAS,
@@ -31,6 +30,7 @@ from vit_keras.weights.hf_family import (
     image_size,
     layer_norm_eps,
 )
+from vit_keras.weights.hf_family_rows import FAMILIES
 
 # A convolution without a bias (DPT's neck convolutions, EoMT's depthwise convolution).
 CONV_NO_BIAS = dataclasses.replace(rules.PATCH, bias=None, outputs=("kernel",))
