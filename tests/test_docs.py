@@ -543,3 +543,52 @@ def test_troubleshooting_quotes_the_messages_the_package_gives(tmp_path):
         if call is not None:
             message = " ".join(_message(call).split())
             assert quoted in message, f"the package now says {message[:300]!r}, the page {quoted!r}"
+
+
+# --- the home page's map, the extras table, where the source is ----------------------------------------------------
+
+def _mkdocs_config() -> dict:
+    import yaml
+
+    return yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+
+
+def _nav_pages(section) -> list[str]:
+    """The page files of a nav section (nested sections and their index pages included)."""
+    pages = []
+    for item in section:
+        value = next(iter(item.values())) if isinstance(item, dict) else item
+        pages += _nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+def test_the_home_table_leads_to_every_guide_page():
+    """Each User guide page (zero-shot, dense features, GPU included) and the Recipes are a row of the home page's
+    table, so that a reader finds them from the first page."""
+    nav = {next(iter(item)): next(iter(item.values())) for item in _mkdocs_config()["nav"]}
+    home = (DOCS / "index.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"^\|.*\]\(([^)#]+)", home, re.MULTILINE)) | set(
+        re.findall(r"\]\(([^)#]+)", "\n".join(line for line in home.splitlines() if line.startswith("|"))))
+    wanted = set(_nav_pages(nav["User guide"])) | {"recipes/index.md"}
+    assert wanted <= linked, f"pages the home table does not lead to: {sorted(wanted - linked)}"
+
+
+def test_the_extras_table_names_every_extra():
+    text = (DOCS / "getting-started.md").read_text(encoding="utf-8")
+    table = text[text.index("| extra | brings | needed for |"):]
+    table = table[:table.index("\n\n")]
+    named = {name for row in _rows(table) for name in re.findall(r"`([a-z-]+)`", row[0])}
+    assert named == _setup_extras(), f"extras not in the table: {sorted(_setup_extras() - named)}"
+
+
+def test_the_source_repository_is_named_in_setup_cfg_mkdocs_and_the_readme():
+    import configparser
+
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / "setup.cfg")
+    urls = dict(line.split(" = ", 1) for line in parser["metadata"]["project_urls"].strip().splitlines())
+    source = urls["Source"]
+    assert re.fullmatch(r"https://\S+", source), source
+    assert _mkdocs_config()["repo_url"] == source
+    assert source in README.read_text(encoding="utf-8")
+    assert source in (DOCS / "getting-started.md").read_text(encoding="utf-8")
