@@ -592,3 +592,13 @@ def test_the_source_repository_is_named_in_setup_cfg_mkdocs_and_the_readme():
     assert _mkdocs_config()["repo_url"] == source
     assert source in README.read_text(encoding="utf-8")
     assert source in (DOCS / "getting-started.md").read_text(encoding="utf-8")
+
+
+def test_the_user_gpu_page_leaves_the_projects_own_device_setup_to_contributing():
+    """Running on a GPU is about the user's GPU; bringing wheels to an offline GPU machine for the project's
+    benchmark (the ignored .gpu/ folder, pip download) is the contributors' business."""
+    setup = (".git/info/exclude", ".gpu/whl", "pip download")
+    gpu = (DOCS / "gpu.md").read_text(encoding="utf-8")
+    contributing = (DOCS / "contributing.md").read_text(encoding="utf-8")
+    assert not [words for words in setup if words in gpu], "docs/gpu.md carries the offline device set-up"
+    assert all(words in contributing for words in setup)
