@@ -225,6 +225,7 @@ def test_zeroshot_export_and_query(hub, workdir):
                 "models/zeroshot/1", hub=hub, cwd=workdir, prelude="import sys; sys.modules['vit_keras'] = None").stdout
     lines = query.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == images, query
+    assert_prints_as_shown(query, "zeroshot-serving.md")  # what the page shows it printing
     # The scores the Python API gives for the same prompts and the same decoded pixels (the images are at the
     # model's 32x32, so the graph's resize keeps them); printed with 4 decimals, float32 graph vs eager: 1e-4.
     model = zeroshot.from_pretrained(str(SERVED["google/siglip2-base-patch16-224"]))
