@@ -603,3 +603,25 @@ def test_the_user_gpu_page_leaves_the_projects_own_device_setup_to_contributing(
     contributing = (DOCS / "contributing.md").read_text(encoding="utf-8")
     assert not [words for words in setup if words in gpu], "docs/gpu.md carries the offline device set-up"
     assert all(words in contributing for words in setup)
+
+
+TIME = re.compile(r"\b\d+(?:\.\d+)? ?(?:ms|s|min|minutes?|seconds?|hours?)\b")
+
+
+def test_every_recipe_states_its_hardware_and_time():
+    """Each recipe says what it runs on and how long it took there (a measurement, with the machine named), in its
+    header and in the Recipes page's table."""
+    import ast
+
+    index = (DOCS / "recipes" / "index.md").read_text(encoding="utf-8")
+    assert "## Hardware and time" in index, "docs/recipes/index.md has no hardware and time section"
+    section = index[index.index("## Hardware and time"):]
+    section = section[:section.find("\n## ", 1) if "\n## " in section[1:] else len(section)]
+    for path in sorted(RECIPES.glob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+        assert "Hardware and time:" in doc, f"{path.name} states no hardware and time in its header"
+        stated = " ".join(doc[doc.index("Hardware and time:"):].split())
+        assert re.search(r"\b(?:CPU|GPU)\b", stated) and TIME.search(stated), (path.name, stated[:300])
+        assert "Intel Xeon" in stated or "GPU" in stated, (path.name, stated[:300])
+        row = next((line for line in section.splitlines() if f"`recipes/{path.name}`" in line), None)
+        assert row is not None and TIME.search(row), f"the Recipes page's table has no time for {path.name}"
