@@ -34,14 +34,14 @@ docs: $(STAMP)
 		$(BIN)/mkdocs build --strict --site-dir site
 
 .PHONY: docs-check
-# `make docs`, then every page opened in headless Chromium 1400 px wide (scripts/docs_check.py): fails on a code block
-# clipped or wrapped, a table wider than the column, a page that scrolls sideways, or a table cell's code token broken
-# across lines. Needs Chromium: `apt-get install chromium` (Debian, Ubuntu), or CHROMIUM=/path/to/chrome.
-# About a minute on 2 cores; not part of `make test`.
+# `make docs`, then every page opened in headless Chromium 1280 and 1400 px wide (scripts/docs_check.py): fails on a
+# code block clipped or wrapped, a table wider than the column, a page that scrolls sideways, or a table cell's code
+# token broken across lines. Needs Chromium: `apt-get install chromium` (Debian, Ubuntu), or CHROMIUM=/path/to/chrome.
+# About two minutes on 2 cores; not part of `make test`.
 docs-check: docs
 	@command -v "$${CHROMIUM:-chromium}" >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 		{ echo "make docs-check needs Chromium: apt-get install chromium (or set CHROMIUM=/path/to/chrome)"; exit 2; }
-	$(BIN)/python scripts/docs_check.py site --width 1400
+	$(BIN)/python scripts/docs_check.py site --width 1280 1400
 
 # Test tiers. `make test` is the whole suite, the one CI runs (.ci/run): about 25 minutes on 2 cores.
 # `make test-fast` leaves out the tests marked slow (pytest -m "not slow"): about 3 minutes on 2 cores, for the

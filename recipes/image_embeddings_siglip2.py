@@ -7,6 +7,11 @@ and writes the embeddings to `--output` (float32, one row per image). The defaul
 copy of Google's SigLIP 2 ViT-B/16 image tower at 224 (`v2_webli`); the embedding is its
 attention-pooling (MAP) head's output, the vector SigLIP 2 compares with its text tower's. `--model`
 takes any hub id, directory or file `vit_keras.from_pretrained` reads.
+
+Hardware and time: a CPU is enough. Measured on a 2-core Intel Xeon (AVX-512, AMX), TensorFlow,
+float32, CPU time while the cores were shared: the ViT-B/16 image tower (93 million parameters,
+about 370 MB, downloaded once) takes 0.34 CPU-seconds per 224-px image (11 s of CPU for a batch of
+32), so a folder of 1,000 photos takes about 3 min on both cores.
 """
 
 import argparse

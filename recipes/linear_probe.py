@@ -9,6 +9,11 @@ trained: its features (class token and mean patch token) are computed once, a so
 fitted on them for each L2 strength and learning rate, the best on a validation tenth of the
 training images is kept, and its test top-1 is printed. `--save-model` writes backbone + classifier
 as one `.keras` model, images in, probabilities out.
+
+Hardware and time: a CPU is enough. Measured on a 2-core Intel Xeon (AVX-512, AMX), TensorFlow,
+float32, CPU time while the cores were shared: the backbone (DINOv3 ViT-S/16) runs once per image,
+0.14 CPU-seconds each (a folder of 1,000 photos: about 70 s on both cores); the classifiers on the
+cached features take seconds.
 """
 
 import argparse

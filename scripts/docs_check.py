@@ -1,5 +1,5 @@
-"""Open every page of the built docs site in headless Chromium at a given width (default 1400 px) and fail on what
-a reader would not see whole:
+"""Open every page of the built docs site in headless Chromium at given widths (default 1280 and 1400 px: a laptop
+and a desktop window) and fail on what a reader would not see whole:
 
 - a code block whose lines are wider than the block: clipped behind a scroll bar (`pre > code` with scrollWidth >
   clientWidth), or wrapped onto more rows than it has lines (the site's stylesheet wraps them rather than clip);
@@ -9,7 +9,7 @@ a reader would not see whole:
 
 Run by `make docs-check`, which builds the site first:
 
-    python scripts/docs_check.py SITE_DIR [--width 1400] [--chromium PATH]
+    python scripts/docs_check.py SITE_DIR [--width 1280 1400] [--chromium PATH]
 
 Chromium: the Debian/Ubuntu package `chromium` (`apt-get install chromium`), or any Chrome/Chromium binary given
 with --chromium or $CHROMIUM. Each page is copied with a small script added that measures the laid-out page after
@@ -120,7 +120,8 @@ def problems(name: str, found: dict) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("site", type=pathlib.Path, help="the built site (mkdocs build --site-dir)")
-    parser.add_argument("--width", type=int, default=1400, help="window width in CSS pixels")
+    parser.add_argument("--width", type=int, nargs="+", default=[1280, 1400],
+                        help="window widths in CSS pixels, each page checked at each")
     parser.add_argument("--chromium", help="Chrome/Chromium binary (default: chromium on PATH, or $CHROMIUM)")
     parser.add_argument("--pages", nargs="*", help="only these pages (paths relative to the site)")
     parser.add_argument("--jobs", type=int, default=2, help="Chromium processes at a time")
@@ -132,14 +133,16 @@ def main(argv=None) -> int:
         sys.exit(f"{site} holds no built site (index.html); run `make docs` or mkdocs build first.")
     pages = ([site / page for page in args.pages] if args.pages else
              sorted(p for p in site.rglob("index.html") if p.parent.name not in ("search", "assets")))
+    runs = [(page, width) for width in args.width for page in pages]
     found_all, counts = [], {"pre": 0, "tables": 0, "tokens": 0}
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        for page, found in zip(pages, pool.map(lambda p: measure(chromium, p, args.width), pages)):
-            name = str(page.parent.relative_to(site)) + "/"
+        for (page, width), found in zip(runs, pool.map(lambda run: measure(chromium, *run), runs)):
+            name = str(page.parent.relative_to(site)) + "/" + (f" at {width} px" if len(args.width) > 1 else "")
             found_all += problems(name, found)
             for key in counts:
                 counts[key] += found["counts"][key]
-    print(f"{len(pages)} pages at {args.width} px: {counts['pre']} code blocks, {counts['tables']} tables, "
+    widths = " and ".join(map(str, args.width))
+    print(f"{len(pages)} pages at {widths} px: {counts['pre']} code blocks, {counts['tables']} tables, "
           f"{counts['tokens']} table-cell code tokens measured")
     for line in found_all:
         print(line)

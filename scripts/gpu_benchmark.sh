@@ -18,7 +18,7 @@
 # --quick: a tiny model and short timings (checks the script in a minute on a CPU; the numbers mean nothing).
 #
 # Wheels: Keras and keras-hub are not installed on the GPU machine; put them in .gpu/whl/ beforehand (an ignored
-# folder that travels with the working tree; see docs/gpu.md; $GPU_WHEELS names another) and this script installs
+# folder that travels with the working tree; see docs/contributing.md; $GPU_WHEELS names another) and this script installs
 # them into $GPU_SITE (default /tmp/site) first. Without wheels it uses the Python environment as it is.
 set -u -o pipefail
 cd "$(dirname "$0")/.."

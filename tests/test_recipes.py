@@ -84,6 +84,27 @@ def run(script, *args, hub, cwd, check=True, prelude=""):
     return result
 
 
+# A number a docs page shows a recipe printing is printed with 3 decimals: rounding makes each side up to 0.0005 off
+# the value, and float32 sums on another CPU stay far below that; 0.002 allows one unit in the last place more.
+SHOWN_NUMBER_TOLERANCE = 0.002
+
+
+def assert_prints_as_shown(out: str, page: str, nth: int = 0):
+    """`out` is the `nth` "Output (test checkpoint)" block of docs/recipes/PAGE: the same lines and words, numbers
+    within SHOWN_NUMBER_TOLERANCE."""
+    import re
+
+    text = (ROOT / "docs" / "recipes" / page).read_text(encoding="utf-8")
+    shown = re.findall(r'```text title="Output \(test checkpoint\)"\n(.*?)```', text, re.DOTALL)[nth]
+    number = r"-?\d+\.\d+"
+    lines, shown_lines = out.strip().splitlines(), shown.strip().splitlines()
+    assert len(lines) == len(shown_lines), f"{page} shows\n{shown}\nthe recipe printed\n{out}"
+    for line, want in zip(lines, shown_lines):
+        assert re.sub(number, "#", line).split() == re.sub(number, "#", want).split(), (line, want, page)
+        got, expected = [float(x) for x in re.findall(number, line)], [float(x) for x in re.findall(number, want)]
+        np.testing.assert_allclose(got, expected, atol=SHOWN_NUMBER_TOLERANCE, err_msg=f"{page}: {line!r}")
+
+
 def test_every_recipe_default_is_served_here():
     """The ids the recipes default to are the ones this file serves (a renamed default would otherwise reach for
     the real hub and fail for lack of network, not for a reason in the recipe)."""
@@ -107,6 +128,9 @@ def test_image_embeddings_by_hub_id(hub, workdir, script, pooling):
     np.testing.assert_allclose(embeddings, model.predict(images, verbose=0), rtol=1e-5, atol=1e-5)
     assert embeddings.shape == (2, model.output_shape[-1])
     assert "cosine similarity:" in out and f"wrote {script}.npy (2, {embeddings.shape[1]})" in out, out
+    # what docs/recipes/embeddings.md shows it printing (there with the page's `--output embeddings.npy`)
+    assert_prints_as_shown(out.replace(f"{script}.npy", "embeddings.npy"), "embeddings.md",
+                           ["image_embeddings_dinov3.py", "image_embeddings_siglip2.py"].index(script))
 
 
 def test_a_gated_default_without_a_token_says_what_to_do(hub, workdir):
@@ -201,6 +225,7 @@ def test_zeroshot_export_and_query(hub, workdir):
                 "models/zeroshot/1", hub=hub, cwd=workdir, prelude="import sys; sys.modules['vit_keras'] = None").stdout
     lines = query.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == images, query
+    assert_prints_as_shown(query, "zeroshot-serving.md")  # what the page shows it printing
     # The scores the Python API gives for the same prompts and the same decoded pixels (the images are at the
     # model's 32x32, so the graph's resize keeps them); printed with 4 decimals, float32 graph vs eager: 1e-4.
     model = zeroshot.from_pretrained(str(SERVED["google/siglip2-base-patch16-224"]))
