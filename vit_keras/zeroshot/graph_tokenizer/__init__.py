@@ -18,11 +18,13 @@ Where core TensorFlow differs from the `tokenizers` library, it says so instead 
   characters NFC replaces, combining marks out of canonical order) fails the call with an error that says to send
   `unicodedata.normalize("NFC", text)`. The check is conservative: a rare NFC text can be refused, none is answered
   wrongly.
-- Regular expressions: `tokenizers`' Oniguruma patterns run as RE2, with `\\w`, `\\s`, `\\d` as the characters
-  the installed library matches (read from it, code point by code point); lookaround and backreferences are
-  refused when the graph is built.
-- Texts longer than `max_text_length` characters (2,048) and texts holding U+FDD0 or U+FDD1 (noncharacters the
-  graph uses as markers) are refused.
+- Regular expressions: `tokenizers`' Oniguruma patterns run as RE2, with `\\w`, `\\s`, `\\d` and Unicode
+  properties (`\\p{L}` ...) as the characters the installed library matches (read from it, every code point);
+  lookaround and backreferences are refused when the graph is built.
+- Unicode versions: TensorFlow's lowercasing and the NFC check carry older Unicode tables than the library, so a
+  text holding a code point on which they differ (letters added since, see `unicode_gaps`) is refused, naming it.
+- Texts longer than `max_text_length` characters (2,048), texts that are not valid UTF-8 and texts holding U+FDD0
+  to U+FDD2 (noncharacters the graph uses as markers) are refused.
 - Added tokens (`"<|endoftext|>"` written in a text) are cut out as the library cuts them, before or after the
   normaliser as each token says; one with lstrip, rstrip or single_word matching rules is refused in a text.
 

@@ -13,10 +13,12 @@ from vit_keras.zeroshot.graph_tokenizer.pipeline import Normalizer, PreTokenizer
 from vit_keras.zeroshot.graph_tokenizer.tensors import concat_rows, each, table
 from vit_keras.zeroshot.graph_tokenizer.unicode import (
     MATCH,
+    RESERVED,
     SPLIT,
     UnsupportedPipeline,
     literal,
 )
+from vit_keras.zeroshot.graph_tokenizer.unicode_gaps import unshared_ranges
 
 # Characters per text the graph tokenizes at most: many times any context (64-77 tokens, ~4 characters each in
 # English), and a bound on a request's cost (BPE over a text Gemma-style tokenizers do not pre-split grows with
@@ -107,6 +109,15 @@ class AddedTokens(tf.Module):
         return tf.where(added, "", segments), owner, ids, tf.logical_and(begins, tf.logical_not(added))
 
 
+def _code_point_names(points):
+    """Code points (int32) as "U+XXXX" strings (not the characters: the error prints strings as escaped bytes)."""
+    shifts = tf.constant([20, 16, 12, 8, 4, 0])
+    nibbles = tf.bitwise.bitwise_and(tf.bitwise.right_shift(tf.expand_dims(points, 1), shifts), 15)
+    digits = tf.strings.reduce_join(tf.gather(tf.constant(list("0123456789ABCDEF")), nibbles), axis=1)
+    width = 4 + tf.cast(points > 0xFFFF, tf.int32) + tf.cast(points > 0xFFFFF, tf.int32)
+    return tf.strings.join(["U+", tf.strings.substr(digits, 6 - width, width)])
+
+
 def _as_rows(ids):
     """Ids (-1: none) as ragged rows of one id or none."""
     rows = tf.range(tf.shape(ids, out_type=tf.int64)[0])
@@ -151,6 +162,10 @@ class GraphTokenizer(tf.Module):
         if padding_side not in ("left", "right"):
             raise ValueError(f"{source}: padding_side {padding_side!r} is neither 'left' nor 'right'.")
         self.padding_side = padding_side
+        ranges = unshared_ranges(lowercase=self._normalizer.lowercases, nfc=self._normalizer.nfc)
+        self.unshared = ranges  # the code points refused in a text (see unicode_gaps)
+        self._unshared_firsts = tf.constant([first for first, _ in ranges] or [-1], tf.int32)
+        self._unshared_lasts = tf.constant([last for _, last in ranges] or [-1], tf.int32)
         if len(self.prefix) + len(self.suffix) >= self.context_length:
             raise ValueError(f"{source}: the context of {self.context_length} tokens has no room for text after the "
                              f"{len(self.prefix) + len(self.suffix)} special tokens.")
@@ -164,15 +179,30 @@ class GraphTokenizer(tf.Module):
 
     def __call__(self, texts):
         texts = tf.convert_to_tensor(texts, tf.string)
-        marked = tf.strings.regex_full_match(texts, f"(?s).*[{SPLIT}{MATCH}].*")
+        marked = tf.strings.regex_full_match(texts, f"(?s).*[{''.join(RESERVED)}].*")
         long = tf.strings.length(texts, unit="UTF8_CHAR") > self.max_text_length
-        checks = [tf.debugging.Assert(tf.logical_not(tf.reduce_any(marked)), [
-            "A text holds the Unicode noncharacter U+FDD0 or U+FDD1, which the tokenizer graph reserves; remove it. "
-            "Texts (True = refused):", marked], summarize=64),
+        points = tf.strings.unicode_decode(texts, "UTF-8", errors="replace")  # invalid bytes become U+FFFD
+        valid = tf.equal(tf.strings.unicode_encode(points, "UTF-8"), texts)
+        checks = [tf.debugging.Assert(tf.reduce_all(valid), [
+            "A text is not valid UTF-8, so it has no characters to tokenize; send text encoded as UTF-8. Texts "
+            "(False = refused):", valid], summarize=64),
+                  tf.debugging.Assert(tf.logical_not(tf.reduce_any(marked)), [
+            "A text holds one of the Unicode noncharacters U+FDD0 to U+FDD2, which the tokenizer graph reserves; "
+            "remove it. Texts (True = refused):", marked], summarize=64),
                   tf.debugging.Assert(tf.logical_not(tf.reduce_any(long)), [
             f"A text is longer than {self.max_text_length} characters, the limit this tokenizer graph was exported "
             f"with (the model reads only its first {self.context_length} tokens); shorten it, or export with a "
             "larger max_text_length. Texts (True = refused):", long], summarize=64)]
+        if self.unshared:
+            flat = points.flat_values
+            at = tf.searchsorted(self._unshared_firsts, flat, side="right") - 1
+            unshared = tf.logical_and(at >= 0, flat <= tf.gather(self._unshared_lasts, tf.maximum(at, 0)))
+            checks.append(tf.debugging.Assert(tf.logical_not(tf.reduce_any(unshared)), [
+                "A text holds a character whose Unicode data (its lowercase, or whether Unicode NFC changes it) the "
+                "tokenizers library has from a newer Unicode version than this TensorFlow graph, which would give "
+                "other token ids than the library; remove it, or export with strings=False (the client tokenizes "
+                "with ZeroShotModel.tokenize). Code points:", _code_point_names(tf.boolean_mask(flat, unshared))],
+                summarize=16))
         with tf.control_dependencies(checks + self._added.check(texts)):
             texts = tf.identity(texts)
         ids = self._encode(texts)
