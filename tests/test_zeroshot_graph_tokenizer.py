@@ -287,10 +287,12 @@ def test_random_text_from_every_plane_is_refused_or_given_the_librarys_ids(case,
     assert_same(tokenizer, taken)
 
 
-def test_invalid_utf8_is_refused(family_graphs):
+def test_invalid_utf8_is_refused_in_the_graph(family_graphs):
     _, graph = family_graphs["clip"]
-    with pytest.raises(tf.errors.InvalidArgumentError, match="not valid UTF-8"):
-        graph(tf.constant([b"a photo", b"a \xff\xfe cat"]))
+    served = tf.function(graph, input_signature=[tf.TensorSpec([None], tf.string)])  # as a SavedModel signature
+    for run in (graph, served):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="not valid UTF-8"):
+            run(tf.constant([b"a photo", b"a \xff\xfe cat"]))
 
 
 def test_regex_translation_refuses_what_re2_cannot_run():
