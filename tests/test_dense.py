@@ -176,3 +176,47 @@ def test_feature_model_and_dense_head_export_to_saved_model_and_tflite(tmp_path)
         for name, reference in zip(model.output_names, expected, strict=True):
             actual = got[name]
             assert _relative_error(actual, reference) <= TFLITE_TOL
+
+
+# --- argument and label checks ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: dense.segmentation_model(backbone(), 2.7), r"num_classes must be a positive number of classes.*2\.7"),
+    (lambda: dense.segmentation_model(backbone(), "3"), r"num_classes must be .*'3'"),
+    (lambda: dense.segmentation_model(backbone(), True), r"num_classes must be .*True"),
+    (lambda: dense.segmentation_model(backbone(), 3, norm="yes"), r"norm='yes': pass True, False or None"),
+    (lambda: dense.depth_model(backbone(), train_backbone="no"), r"train_backbone='no': pass True or False"),
+    (lambda: dense.SimpleFeaturePyramid(scales=(1, 1)), r"scale\(s\) \[1\.0\] more than once"),
+])
+def test_arguments_of_the_wrong_type_or_repeated_are_refused(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_mean_iou_leaves_out_ignored_pixels_and_counts_labels_of_no_class_as_errors():
+    logits = np.eye(3)[[[0, 1, 2, 2]]]  # predicted classes 0, 1, 2, 2
+    mean_iou, accuracy = dense.segmentation_metrics(3)
+    # -1 and 255 are not scored: the scored pixels are all right
+    mean_iou.update_state(np.array([[0, 1, -1, 255]]), logits)
+    accuracy.update_state(np.array([[0, 1, -1, 255]]), logits)
+    assert float(mean_iou.result()) == pytest.approx(1.0) and float(accuracy.result()) == pytest.approx(1.0)
+    # a label no class has (5, num_classes wrong) counts against the class predicted there: 2 of 3 classes right
+    mean_iou.reset_state()
+    mean_iou.update_state(np.array([[0, 1, 2, 5]]), logits)
+    assert float(mean_iou.result()) == pytest.approx((1 + 1 + 0.5) / 3)
+    mean_iou.reset_state()
+    mean_iou.update_state(np.array([[5, 5, 5, 5]]), logits)  # before: 1.0
+    assert float(mean_iou.result()) == pytest.approx(0.0)
+
+
+def test_depth_metrics_and_loss_read_the_same_pixels_and_leave_out_invalid_targets():
+    truth = np.array([[[[2.0], [0.0]], [[np.nan], [-1.0]]], [[[np.inf], [4.0]], [[1.0], [0.0]]]])
+    predicted = np.array([[[[3.0], [9.0]], [[1.0], [1.0]]], [[[1.0], [4.0]], [[2.0], [7.0]]]])
+    rmse, delta1 = dense.depth_metrics()
+    rmse.update_state(truth, predicted)
+    delta1.update_state(truth, predicted)
+    # the pixels with a depth: 2 → 3, 4 → 4, 1 → 2 (the 0, NaN, inf and -1 targets are left out)
+    assert float(rmse.result()) == pytest.approx(np.sqrt((1 + 0 + 1) / 3))
+    assert float(delta1.result()) == pytest.approx((0 / 1 + 1 / 2) / 2)
+    loss = keras.ops.convert_to_numpy(dense.depth_loss(truth, predicted))
+    np.testing.assert_allclose(loss, [1.0, 0.5])

@@ -204,6 +204,7 @@ def test_flexible_model_tokens_cut_per_image_equal_the_fixed_model_maps():
     ([], r"indices is empty"),
     ([1.0], r"Block index 1\.0 is not an integer"),
     (True, r"indices=True"),
+    ({1, 2}, r"indices=\{1, 2\} is a set, whose order is not defined; pass a list such as \[1, 2\]"),
 ])
 def test_bad_indices_name_the_valid_range(indices, message):
     with pytest.raises(ValueError, match=message):
@@ -226,6 +227,8 @@ def test_hybrid_blocks_are_counted_without_the_resnet_stages():
     (dict(fc_norm=True, class_token=False, global_pool="avg"), dict(norm=True), r"fc_norm.*Pass norm=False"),
     (dict(final_norm=False), dict(norm=True), r"no norm after the blocks.*Pass norm=False"),
     (dict(), dict(output_format="NWHC"), r"output_format='NWHC': use one of"),
+    (dict(), dict(norm="yes"), r"norm='yes': pass True or False"),
+    (dict(), dict(return_prefix_tokens="no"), r"return_prefix_tokens='no': pass True or False"),
 ])
 def test_bad_options_are_refused(kwargs, call, message):
     with pytest.raises(ValueError, match=message):

@@ -8,6 +8,7 @@ temporary cache; one subprocess test sets the real environment variables (HF_END
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -121,6 +122,14 @@ def test_parse_ids_and_revisions():
     with pytest.raises(ValueError, match="apply to hub ids"):
         hub.resolve("/tmp/some-dir", revision="main")
     assert hub.resolve("/tmp/some-dir") == "/tmp/some-dir"
+
+
+def test_a_refs_revision_the_hub_does_not_serve_is_refused_naming_the_fix():
+    assert hub.parse("hf-hub:a/b@refs/pr/1") == ("a/b", "refs/pr/1")
+    assert hub.parse("hf-hub:a/b", revision="refs/convert/parquet") == ("a/b", "refs/convert/parquet")
+    for bad in ("refs/main", "refs/heads/main", "refs/pr/x"):
+        with pytest.raises(ValueError, match=rf"{re.escape(bad)}' is not a ref the hub serves.*write 'main'"):
+            hub.parse(f"hf-hub:a/b@{bad}")
 
 
 @pytest.mark.parametrize(("source", "case"), [("hf-hub:timm/deit_tiny_test", TIMM_CASE),

@@ -81,6 +81,18 @@ def test_adapters_saved_alone_load_onto_a_fresh_base_model(tmp_path):
     assert sorted(load_file(path)) == _names(model.trainable_weights)
 
 
+def test_adapters_refuse_a_base_with_other_weights_unless_told(tmp_path):
+    model = training.lora(_model(), rank=2)
+    _randomise_adapters(model)
+    path = training.save_lora(model, tmp_path / "adapters.safetensors")
+    keras.utils.set_random_seed(7)  # the same architecture, other base weights
+    other = training.lora(vit_keras.ViT(image_size=16, classes=10, **TINY_TRAINING), rank=2)
+    with pytest.raises(ValueError, match="trained on other base weights.*check_base=False"):
+        training.load_lora(other, path)
+    training.load_lora(other, path, check_base=False)  # on purpose: loaded, and the outputs are not the model's
+    assert not np.allclose(other.predict(_images(), verbose=0), model.predict(_images(), verbose=0))
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(rank=4), "rank=2, the model has rank=4"),
     (dict(targets="attention"), "targets=qv, the model has targets=attention"),
@@ -152,7 +164,10 @@ def test_restart_adapters_after_keras_zeroed_them(tmp_path):
     (lambda m: training.lora(m, rank=2.5), "rank must be a positive integer"),
     (lambda m: training.lora(m, rank=17), r"LoRA rank 17 is larger than .*query's kernel \(32, 2, 16\).* at most 16"),
     (lambda m: training.lora(m, targets="mlp"), "LoRA targets must be one of"),
-    (lambda m: training.lora(m, alpha=-1), "alpha must be a positive number"),
+    (lambda m: training.lora(m, alpha=-1), "alpha must be a finite positive number"),
+    (lambda m: training.lora(m, alpha=float("inf")), "alpha must be a finite positive number.*inf"),
+    (lambda m: training.lora(m, alpha=float("nan")), "alpha must be a finite positive number.*nan"),
+    (lambda m: training.lora(m, alpha=0), "alpha must be a finite positive number.*0"),
     (lambda m: training.lora(training.lora(m, rank=2), rank=2), "LoRA is already enabled"),
     (lambda m: training.merge_lora(m), "has no LoRA adapters"),
     (lambda m: training.save_lora(training.lora(m, rank=2), "a.npz"), "name the file \\*.safetensors"),

@@ -331,3 +331,21 @@ def test_the_saved_model_serving_default_names_a_wrong_shape(tmp_path):
         bad = {**batch, key: wrong(batch)}
         with pytest.raises(tf.errors.InvalidArgumentError, match=message):
             serve(**{name: tf.constant(value) for name, value in bad.items()})
+
+
+def test_naflex_map_names_an_empty_or_two_dimensional_image():
+    import tensorflow as tf
+
+    from vit_keras.naflex_data import naflex_map
+
+    convert = naflex_map(8, 16)
+    with pytest.raises(ValueError, match=r"image of 0x0 pixels, which has nothing to cut into patches"):
+        convert(tf.zeros((0, 0, 3)))
+    with pytest.raises(ValueError, match=r"one \(height, width, channels\) image, got shape \(8, 8\); add the "
+                                         r"channel axis to a grayscale image"):
+        convert(tf.zeros((8, 8)))
+    # a side of 0 known only when the graph runs
+    sizes = tf.data.Dataset.from_generator(lambda: iter([np.zeros((0, 5, 3), np.float32)]),
+                                           output_signature=tf.TensorSpec((None, None, 3), tf.float32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"image with no pixels"):
+        list(sizes.map(convert))

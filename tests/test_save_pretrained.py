@@ -329,3 +329,13 @@ def test_convert_writes_a_directory_its_library_loads(target, tmp_path, capsys):
     assert cli_main(["convert", os.path.join(FAMILY, case, "checkpoint"), out, "--to", target]) == 2
     assert "--overwrite" in capsys.readouterr().err
     assert cli_main(["convert", os.path.join(FAMILY, case, "checkpoint"), out, "--to", target, "--overwrite"]) == 0
+
+
+def test_a_save_path_under_a_file_is_refused_naming_the_file(tmp_path):
+    from tests.tiny import TINY
+
+    (tmp_path / "notes.txt").write_text("mine")
+    model = vit_keras.ViT(image_size=16, classes=3, **TINY)
+    with pytest.raises(ValueError, match=r"notes\.txt' is a file, not a folder"):
+        vit_keras.save_pretrained(model, tmp_path / "notes.txt" / "model")
+    assert (tmp_path / "notes.txt").read_text() == "mine"

@@ -388,3 +388,47 @@ def test_the_image_tower_is_built_from_the_checkpoint_as_read_without_writing_it
     config_file = re.escape(os.path.join(directory, "config.json"))
     with pytest.raises(ValueError, match=config_file + ".*'hidden_act' is 'relu'"):
         vision_tower(checkpoint)
+
+
+def test_token_ids_outside_the_vocabulary_or_with_fractions_are_refused(models):
+    model = models["clip"]
+    ids, mask = model.tokenize(["a photo of a cat"])
+    for wrong, words in ((np.where(ids == ids[0, 1], -1, ids), r"in \[0, 634\).*got \[-1\]"),
+                         (np.where(ids == ids[0, 1], 634, ids), r"in \[0, 634\).*got \[634\]"),
+                         (ids + 0.5, r"whole numbers in \[0, 634\).*float64")):
+        with pytest.raises(ValueError, match=words):
+            model.encode_text(wrong, mask)
+    # whole numbers in a float array are the same ids
+    np.testing.assert_array_equal(model.encode_text(ids.astype("float32"), mask), model.encode_text(ids, mask))
+
+
+def test_classify_refuses_a_string_or_repeated_class_names(models):
+    images = cases.normalised_images("clip")
+    with pytest.raises(ValueError, match=r"the string 'cat'.*\['cat'\] for one class"):
+        models["clip"].classify(images, "cat")
+    with pytest.raises(ValueError, match=r"\['cat'\] appear more than once"):
+        models["clip"].classify(images, ["cat", "dog", "cat"])
+
+
+def test_a_tokenizer_that_never_gives_the_towers_end_of_text_id_is_refused(tmp_path):
+    # SigLIP 2's tokenizer files in a CLIP directory, and a CLIP config whose eos_token_id the tokenizer never gives:
+    # CLIP pools at that token, so either would pool at position 0 without a word
+    foreign = _copy_checkpoint("clip", tmp_path / "foreign")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(os.path.join(cases.case_dir("siglip2"), "checkpoint", name), foreign / name)
+    with pytest.raises(ValueError, match=r"eos_token_id 633.*tokenizer\.json.*never gives that id"):
+        zeroshot.from_pretrained(foreign)
+    wrong_eos = _copy_checkpoint("clip", tmp_path / "wrong_eos")
+    config = json.loads((wrong_eos / "config.json").read_text())
+    config["text_config"]["eos_token_id"] = 5
+    (wrong_eos / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"config\.json.*eos_token_id 5.*tokenizer\.json.*never gives that id"):
+        zeroshot.from_pretrained(wrong_eos)
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json"])
+def test_a_corrupt_tokenizer_file_is_named(name, tmp_path):
+    broken = _copy_checkpoint("clip", tmp_path)
+    (broken / name).write_text('{"truncated": ')
+    with pytest.raises(ValueError, match=rf"{re.escape(name)}' is not valid JSON.*save_pretrained"):
+        zeroshot.from_pretrained(broken)

@@ -217,13 +217,81 @@ def test_the_nfc_check_misses_no_text_that_nfc_changes():
     assert not (changes & ~refused).any(), [texts[i] for i in np.flatnonzero(changes & ~refused)[:3]]
 
 
-@pytest.mark.parametrize("pattern", [r"\w", r"\s", r"\d", r"\W", r"[^\w\s]", r"[\d_]", r"\S"])
+@pytest.mark.parametrize("pattern", [r"\w", r"\s", r"\d", r"\W", r"[^\w\s]", r"[\d_]", r"\S",
+                                     r"[^\s\p{L}\p{N}]"])
 def test_unicode_escapes_match_the_library_on_every_code_point(pattern):
     points = [p for p in range(0x110000) if not 0xD800 <= p <= 0xDFFF]
+    # the library's own split of one text holding every code point: what it leaves are the characters not matched
+    # (one split, not one per code point: the pattern matches a single character, so no match depends on another)
     split = tokenizers.pre_tokenizers.Split(tokenizers.Regex(pattern), "removed")
-    library = np.array([not split.pre_tokenize_str(chr(p)) for p in points])  # removed: the pattern matched
+    library = np.ones(len(points), bool)
+    for _, (begin, end) in split.pre_tokenize_str("".join(map(chr, points))):
+        library[begin:end] = False
     graph = tf.strings.regex_full_match(tf.constant([chr(p) for p in points]), translate_regex(pattern)).numpy()
     assert (graph == library).all(), [hex(points[i]) for i in np.flatnonzero(graph != library)[:10]]
+
+
+@pytest.fixture(scope="module")
+def family_graphs():
+    """(Tokenizer, GraphTokenizer) of the CLIP and SigLIP 2 checkpoints (NFC and lowercase; lowercase only)."""
+    tokenizers_ = {case: Tokenizer.from_directory(os.path.join(cases.case_dir(case), "checkpoint"), context_length=16,
+                                                  family=case) for case in ("clip", "siglip", "siglip2")}
+    return {case: (tokenizer, GraphTokenizer.from_tokenizer(tokenizer)) for case, tokenizer in tokenizers_.items()}
+
+
+def test_nul_keeps_the_text_after_it_as_the_library_does(family_graphs):
+    for tokenizer, _ in family_graphs.values():
+        assert_same(tokenizer, ["a cat\x00", "a photo of a cat\x00 and a dog", "\x00", "A\x00B", "x \x00\x00 y"])
+
+
+def _refused_naming(graph, text, point):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"(?s)newer Unicode version.*U\\+{point:04X}\\b"):
+        graph(tf.constant([text]))
+
+
+# Letters of Unicode 14-16 (TensorFlow's ICU and Python's unicodedata 14.0 lack the later ones): the graph must
+# refuse them where its tables differ from the library's, and give the library's ids where they do not.
+NEW_LETTERS = {0xA7CB: "cased", 0xA7C0: "cased", 0x10570: "cased (Vithkuqi)", 0x10D50: "cased (Garay)",
+               0x16D40: "uncased (Kirat Rai)", 0x11380: "uncased (Tulu-Tigalari)", 0x2EBF0: "uncased (CJK ext. I)"}
+
+
+@pytest.mark.parametrize("case", ["clip", "siglip2"])
+def test_letters_newer_than_tensorflows_unicode_are_refused_by_name_never_answered_differently(case, family_graphs):
+    tokenizer, graph = family_graphs[case]
+    for point, kind in NEW_LETTERS.items():
+        text = f"a {chr(point)}x photo"
+        # CLIP's NFC check is built from Python's tables, which lack all of them; SigLIP 2 only lowercases, so only
+        # a cased letter's lowercase (ICU's tables against the library's) can differ
+        if case == "clip" or kind.startswith("cased"):
+            _refused_naming(graph, text, point)
+        else:
+            assert_same(tokenizer, [text])
+
+
+@pytest.mark.parametrize("case", ["clip", "siglip", "siglip2"])
+def test_random_text_from_every_plane_is_refused_or_given_the_librarys_ids(case, family_graphs):
+    tokenizer, graph = family_graphs[case]
+    rng = np.random.default_rng(5)
+    # code points from the planes that hold characters (BMP, SMP, SIP, TIP, SSP), mixed with ASCII words
+    planes = np.concatenate([rng.integers(start, start + 0x10000, count) for start, count in (
+        (0, 3000), (0x10000, 3000), (0x20000, 3000), (0x30000, 500), (0xE0000, 500))])
+    pool = [chr(p) for p in planes if not 0xD800 <= p <= 0xDFFF and p not in (0xFDD0, 0xFDD1, 0xFDD2)]
+    texts = [unicodedata.normalize("NFC", "".join(rng.choice(pool, size=2)) + " a Cat " + rng.choice(pool))
+             for _ in range(400)]
+    unshared = [any(first <= ord(c) <= last for c in text for first, last in graph.unshared) for text in texts]
+    for text in [text for text, refuse in zip(texts, unshared) if refuse][:5]:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="newer Unicode version"):
+            graph(tf.constant([text]))
+    taken = [text for text, refuse in zip(texts, unshared) if not refuse]
+    assert len(taken) > 40, len(taken)
+    assert_same(tokenizer, taken)
+
+
+def test_invalid_utf8_is_refused_in_the_graph(family_graphs):
+    _, graph = family_graphs["siglip2"]
+    served = tf.function(graph, input_signature=[tf.TensorSpec([None], tf.string)])  # as a SavedModel signature
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not valid UTF-8"):
+        served(tf.constant([b"a photo", b"a \xff\xfe cat"]))
 
 
 def test_regex_translation_refuses_what_re2_cannot_run():

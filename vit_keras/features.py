@@ -63,6 +63,9 @@ def resolve_indices(indices, num_layers: int) -> list[int]:
         return list(range(num_layers - int(indices), num_layers))
     if isinstance(indices, str):
         indices = [indices]
+    if isinstance(indices, (set, frozenset, dict)):
+        raise ValueError(f"indices={indices!r} is a {type(indices).__name__}, whose order is not defined; pass a list "
+                         f"such as {sorted(indices, key=str)!r}.")
     indices = list(indices)
     if not indices:
         raise ValueError(f"indices is empty; {valid}.")
@@ -227,6 +230,9 @@ def intermediate_model(model, indices=1, *, norm: bool = False, output_format: s
         ValueError: Block index 12 is out of range; this model has 12 blocks: ...
     """
     config = config_of(model)
+    for flag, value in (("norm", norm), ("return_prefix_tokens", return_prefix_tokens)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{flag}={value!r}: pass True or False.")
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output_format={output_format!r}: use one of {OUTPUT_FORMATS}.")
     flexible = _is_flexible(model)

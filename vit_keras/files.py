@@ -160,6 +160,18 @@ def _recover(final_path: str, suffix: str = "") -> None:
             _remove(tmp)
 
 
+def _make_parent(parent: str, final_path: str) -> None:
+    """Create `final_path`'s folder, or say which part of the path is a file rather than a folder."""
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocking = parent
+        while blocking and not os.path.isfile(blocking) and os.path.dirname(blocking) != blocking:
+            blocking = os.path.dirname(blocking)
+        raise ValueError(f"Cannot write {final_path!r}: {blocking!r} is a file, not a folder; choose another path, "
+                         "or move that file.") from None
+
+
 def refuse_existing(path: str, overwrite: bool, flag: str = "overwrite=True") -> None:
     """Raise a `ValueError` when `path` exists and `overwrite` is false; `flag` names how to allow it.
 
@@ -189,7 +201,7 @@ def atomic_file(final_path, overwrite: bool = True, flag: str = "overwrite=True"
     final_path = os.fspath(final_path)
     refuse_existing(final_path, overwrite, flag)
     parent, name = os.path.split(os.path.abspath(final_path))
-    os.makedirs(parent, exist_ok=True)
+    _make_parent(parent, final_path)
     suffix = _suffix(name)
     _recover(os.path.join(parent, name), suffix)
     prefix, pid_suffix = _temporary_name_parts(name, _TMP, suffix)
@@ -226,7 +238,7 @@ def atomic_directory(final_path, overwrite: bool = False, flag: str = "overwrite
     """
     final_path = os.fspath(final_path)
     parent, name = os.path.split(os.path.abspath(final_path))
-    os.makedirs(parent, exist_ok=True)
+    _make_parent(parent, final_path)
     _recover(os.path.join(parent, name))
     refuse_existing(final_path, overwrite, flag)
     prefix, pid_suffix = _temporary_name_parts(name, _TMP)

@@ -112,6 +112,21 @@ def naflex_example(image, patch_size: int, max_num_patches: int, resize: bool = 
 
     patch_size = check_positive_int("patch_size", patch_size)
     max_num_patches = check_max_num_patches(max_num_patches, patch_size)
+    image = tf.convert_to_tensor(image)
+    rank = image.shape.rank
+    if rank is not None and rank != 3:
+        hint = {2: "; add the channel axis to a grayscale image (image[..., None])",
+                4: "; map over single images, before batch()"}.get(rank, "")
+        raise ValueError(f"naflex_example takes one (height, width, channels) image, got shape "
+                         f"{tuple(image.shape)}{hint}.")
+    if 0 in tuple(image.shape[:2]):
+        raise ValueError(f"naflex_example got an image of {image.shape[0]}x{image.shape[1]} pixels, which has nothing "
+                         "to cut into patches; drop empty images from the dataset.")
+    empty = tf.equal(tf.size(image), 0)
+    with tf.control_dependencies([tf.debugging.Assert(tf.logical_not(empty), [
+            "naflex_example got an image with no pixels (a side of 0), which has nothing to cut into patches; "
+            "drop empty images from the dataset. Its shape:", tf.shape(image)])]):
+        image = tf.identity(image)
     image = naflex_pixels_graph(image)
     channels = image.shape[-1]
     if channels is None:

@@ -14,11 +14,19 @@ Example:
 
 from vit_keras.dense.export import dense_saved_model, dense_tflite
 from vit_keras.dense.heads import DPTHead, LinearSegmentationHead
-from vit_keras.dense.metrics import DepthThresholdAccuracy, depth_metrics, segmentation_metrics
+from vit_keras.dense.metrics import (
+    DepthRMSE,
+    DepthThresholdAccuracy,
+    SegmentationAccuracy,
+    SegmentationMeanIoU,
+    depth_loss,
+    depth_metrics,
+    segmentation_metrics,
+)
 from vit_keras.dense.models import depth_model, segmentation_model
 from vit_keras.dense.pyramid import SimpleFeaturePyramid
 from vit_keras.dense.tasks import from_pretrained
 
-__all__ = ["DPTHead", "DepthThresholdAccuracy", "LinearSegmentationHead", "SimpleFeaturePyramid", "dense_saved_model",
-           "dense_tflite", "depth_metrics", "depth_model", "from_pretrained", "segmentation_metrics",
-           "segmentation_model"]
+__all__ = ["DPTHead", "DepthRMSE", "DepthThresholdAccuracy", "LinearSegmentationHead", "SegmentationAccuracy",
+           "SegmentationMeanIoU", "SimpleFeaturePyramid", "dense_saved_model", "dense_tflite", "depth_loss",
+           "depth_metrics", "depth_model", "from_pretrained", "segmentation_metrics", "segmentation_model"]

@@ -8,7 +8,23 @@ size), and return `(B, H, W, outputs)` at the images' size.
 from __future__ import annotations
 
 import keras
+import numpy as np
 from keras import ops
+
+
+def positive_int(value, name: str) -> int:
+    """`value` as an int, refused unless it is a positive integer (not a float, string or bool, which would be cut
+    or misread).
+
+    Example:
+        >>> positive_int(2.7, "num_classes")
+        Traceback (most recent call last):
+        ValueError: num_classes must be a positive number of classes (an integer), got 2.7.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive number of {name.removeprefix('num_')} (an integer), got "
+                         f"{value!r}.")
+    return int(value)
 
 
 def _resize_like(x, images):
@@ -33,9 +49,7 @@ class LinearSegmentationHead(keras.layers.Layer):
 
     def __init__(self, num_classes: int, **kwargs):
         super().__init__(**kwargs)
-        if int(num_classes) < 1:
-            raise ValueError(f"num_classes must be a positive number of classes, got {num_classes!r}.")
-        self.num_classes = int(num_classes)
+        self.num_classes = positive_int(num_classes, "num_classes")
         self.norm = keras.layers.BatchNormalization(dtype=self.dtype_policy, name="bn")
         self.classifier = keras.layers.Conv2D(self.num_classes, 1, dtype=self.dtype_policy, name="conv_seg")
 
@@ -78,8 +92,8 @@ class DPTHead(keras.layers.Layer):
 
     def __init__(self, num_outputs: int, features: int = 64, activation=None, **kwargs):
         super().__init__(**kwargs)
-        self.num_outputs = int(num_outputs)
-        self.features = int(features)
+        self.num_outputs = positive_int(num_outputs, "num_outputs")
+        self.features = positive_int(features, "features")
         self.activation = activation
         dtype = self.dtype_policy
         up = keras.layers.Conv2DTranspose

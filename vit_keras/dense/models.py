@@ -4,6 +4,7 @@ trained with `model.fit` like any Keras model."""
 from __future__ import annotations
 
 import keras
+import numpy as np
 
 from vit_keras.dense.heads import DPTHead, LinearSegmentationHead
 from vit_keras.features import intermediate_model
@@ -29,6 +30,8 @@ def _feature_model(backbone, indices, head, norm):
     config = config_of(backbone)
     if head not in HEADS:
         raise ValueError(f"head={head!r}: use one of {HEADS}.")
+    if norm is not None and not isinstance(norm, (bool, np.bool_)):
+        raise ValueError(f"norm={norm!r}: pass True, False or None (the backbone's default).")
     if indices is None:
         indices = [config.num_layers - 1] if head == "linear" else dpt_indices(config.num_layers)
     if norm is None:  # the final norm where the backbone has one over the tokens, as the DINOv2 probes read them
@@ -42,6 +45,8 @@ def _feature_model(backbone, indices, head, norm):
 
 def _dense_model(backbone, head_layer, indices, head, norm, train_backbone, name):
     features = _feature_model(backbone, indices, head, norm)
+    if not isinstance(train_backbone, (bool, np.bool_)):
+        raise ValueError(f"train_backbone={train_backbone!r}: pass True or False.")
     features.trainable = bool(train_backbone)
     images = keras.Input(backbone.input_shape[1:], name="images")
     maps = features(images)

@@ -29,6 +29,9 @@ class SimpleFeaturePyramid(keras.layers.Layer):
         unknown = [s for s in self.scales if s not in SCALES]
         if unknown or not self.scales:
             raise ValueError(f"scales={tuple(scales)!r}: each scale must be one of {SCALES}.")
+        repeated = sorted({s for s in self.scales if self.scales.count(s) > 1})
+        if repeated:
+            raise ValueError(f"scales={tuple(scales)!r} gives the scale(s) {repeated} more than once; give each once.")
 
     def build(self, input_shape):
         width = input_shape[-1]

@@ -125,8 +125,9 @@ def lora(model, rank: int = 8, targets: str = "qv", alpha: float | None = None):
     """
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
         raise ValueError(f"LoRA rank must be a positive integer, got {rank!r} (`rank=` / --lora).")
-    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0):
-        raise ValueError(f"LoRA alpha must be a positive number (or None for alpha = rank), got {alpha!r}.")
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating))
+                              or not math.isfinite(alpha) or not alpha > 0):
+        raise ValueError(f"LoRA alpha must be a finite positive number (or None for alpha = rank), got {alpha!r}.")
     layers = target_layers(model, targets)
     if _adapted(model):
         raise ValueError(f"LoRA is already enabled on {getattr(model, 'name', 'this model')!r} "
@@ -198,6 +199,28 @@ def trainable_tensors(model) -> dict:
     return {v.path: np.ascontiguousarray(keras.ops.convert_to_numpy(v)) for v in model.trainable_weights}
 
 
+def base_fingerprint(model) -> str:
+    """A SHA-256 of the frozen weights (everything but the adapters and the head), in the model's weight order:
+    adapters trained on one base mean nothing on another of the same architecture.
+
+    Example:
+        >>> len(base_fingerprint(lora(tiny_model, rank=2)))
+        64
+    """
+    import hashlib
+
+    import keras
+
+    digest = hashlib.sha256()
+    for variable in model.weights:
+        if variable.trainable:
+            continue
+        value = np.ascontiguousarray(keras.ops.convert_to_numpy(variable))
+        digest.update(f"{value.dtype.str}{value.shape}".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest()
+
+
 def _require_lora(model, what: str) -> dict:
     settings = lora_settings(model)
     if settings is None:
@@ -208,13 +231,13 @@ def _require_lora(model, what: str) -> dict:
 
 def save_lora(model, path, overwrite: bool = True) -> str:
     """Write the adapters and the head of `model` (nothing else) to the `.safetensors` file `path`, atomically,
-    with rank, targets and alpha in its metadata. Returns `path`.
+    with rank, targets, alpha and the base weights' fingerprint (`base_fingerprint`) in its metadata. Returns `path`.
 
     Example:
         >>> model = lora(tiny_model, rank=2)
         >>> path = save_lora(model, "adapters.safetensors")
         >>> sorted(read_metadata(path))
-        ['alpha', 'format', 'rank', 'targets']
+        ['alpha', 'base_fingerprint', 'format', 'rank', 'targets']
     """
     from safetensors.numpy import save_file
 
@@ -224,14 +247,15 @@ def save_lora(model, path, overwrite: bool = True) -> str:
     if not path.endswith(".safetensors"):
         raise ValueError(f"{path!r}: LoRA adapters are saved as .safetensors; name the file *.safetensors.")
     settings = _require_lora(model, "save_lora")
-    metadata = {"format": FORMAT, **{key: str(value) for key, value in settings.items()}}
+    metadata = {"format": FORMAT, **{key: str(value) for key, value in settings.items()},
+                "base_fingerprint": base_fingerprint(model)}
     with atomic_file(path, overwrite=overwrite) as tmp:
         save_file(trainable_tensors(model), tmp, metadata=metadata)
     return path
 
 
 def read_metadata(path) -> dict:
-    """The metadata of a LoRA `.safetensors` file (`format`, `rank`, `targets`, `alpha`)."""
+    """The metadata of a LoRA `.safetensors` file (`format`, `rank`, `targets`, `alpha`, `base_fingerprint`)."""
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -241,15 +265,22 @@ def read_metadata(path) -> dict:
         raise ValueError(f"{os.fspath(path)!r} is not a readable safetensors file ({error}).") from error
 
 
-def load_lora(model, path):
+def load_lora(model, path, *, check_base: bool = True):
     """Load adapters saved by `save_lora` onto `model` (a base model with LoRA enabled the same way), refusing a
     different rank, targets or alpha, a missing or extra tensor, or a shape mismatch, naming it. Returns `model`.
 
+    `check_base=True` also refuses a base whose frozen weights are not those the adapters were trained on (the
+    fingerprint `save_lora` recorded; files written without one are not checked): the same architecture with
+    other weights gives other outputs. `check_base=False` loads them anyway, on purpose.
+
     Example:
         >>> path = save_lora(lora(tiny_model, rank=2), "saved.safetensors")
-        >>> base = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96,
-        ...                      classes=10)
-        >>> load_lora(lora(base, rank=2), path) is base
+        >>> base = lora(vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
+        ...                           mlp_dim=96, classes=10), rank=2)  # built afresh: other random weights
+        >>> load_lora(base, path)
+        Traceback (most recent call last):
+        ValueError: ...trained on other base weights than ...
+        >>> load_lora(base, path, check_base=False) is base
         True
     """
     from vit_keras.weights.safetensors_io import read_safetensors, refuse_pickle
@@ -265,6 +296,14 @@ def load_lora(model, path):
         if metadata.get(key) != str(value):
             raise ValueError(f"{path!r} holds LoRA adapters with {key}={metadata.get(key)}, the model has "
                              f"{key}={value}; enable LoRA on the base model with the file's {key}.")
+    if not isinstance(check_base, bool):
+        raise ValueError(f"check_base={check_base!r}: pass True or False.")
+    recorded = metadata.get("base_fingerprint")
+    if check_base and recorded is not None and recorded != base_fingerprint(model):
+        raise ValueError(f"{path!r} holds LoRA adapters trained on other base weights than {model.name!r} has (the "
+                         "frozen weights' fingerprint differs): the outputs would not be the trained model's. Load "
+                         "them onto the base they were trained from (the same checkpoint, image size and "
+                         "pretrained weights), or pass check_base=False to load them anyway.")
     tensors = read_safetensors(path)
     variables = {v.path: v for v in model.trainable_weights}
     missing, extra = sorted(set(variables) - set(tensors)), sorted(set(tensors) - set(variables))

@@ -58,6 +58,8 @@ _REPO_ID = re.compile(rf"(?:{_REPO_PART}/)?{_REPO_PART}", re.ASCII)
 # characters or the characters git forbids in a ref.
 MAX_REVISION = 255
 _REVISION = re.compile(r"[A-Za-z0-9_./+-]+", re.ASCII)
+# The refs/ the hub resolves: pull requests and conversions (a branch is named without refs/heads/).
+_HUB_REF = re.compile(r"refs/(?:pr/[0-9]+|convert/[A-Za-z0-9_.-]+)", re.ASCII)
 _SHARD_NAME = re.compile(r"^[\w.-]+\.safetensors$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _GIT_SHA1 = re.compile(r"^[0-9a-f]{40}$")
@@ -123,6 +125,10 @@ def _check_revision(revision, what: str) -> None:
             or revision.startswith(("/", ".")) or revision.endswith(("/", ".", ".lock"))):
         raise HubError(f"{what} {revision!r} is not a branch, tag or commit hash (ASCII letters, digits, '-', '_', "
                        f"'.', '+' and '/', at most {MAX_REVISION} characters, no spaces or line breaks).")
+    if revision.startswith("refs/") and not _HUB_REF.fullmatch(revision):
+        raise HubError(f"{what} {revision!r} is not a ref the hub serves: it resolves branch and tag names as they "
+                       "are (write 'main', not 'refs/main' or 'refs/heads/main'), and under refs/ only pull requests "
+                       "(refs/pr/N) and conversions (refs/convert/NAME).")
 
 
 def offline() -> bool:

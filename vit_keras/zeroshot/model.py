@@ -71,6 +71,11 @@ class ZeroShotModel:
     def context_length(self) -> int:
         return int(self.text_model.get_layer("text_embedding").context_length)
 
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the text tower's token embedding: token ids run from 0 to vocab_size - 1."""
+        return int(self.text_model.get_layer("text_embedding").vocab_size)
+
     def tokenize(self, texts):
         """`(token_ids, attention_mask)`: int32 (len(texts), context_length), the checkpoint tokenizer's ids padded
         as the model expects; the mask is None for SigLIP, whose reference passes none."""
@@ -104,6 +109,7 @@ class ZeroShotModel:
         token_ids = np.asarray(token_ids)
         if token_ids.ndim != 2:
             raise ValueError(f"encode_text: token_ids must be (texts, tokens), got shape {token_ids.shape}.")
+        self._check_token_ids(token_ids)
         if token_ids.shape[1] > self.context_length:
             raise ValueError(f"encode_text: {token_ids.shape[1]} tokens per text, more than the context length "
                              f"{self.context_length}; tokenize with m.tokenize, which truncates.")
@@ -116,6 +122,21 @@ class ZeroShotModel:
                  for start in range(0, len(token_ids), TEXT_BATCH)]
         return np.concatenate([np.asarray(keras.ops.convert_to_numpy(part)) for part in parts])
 
+    def _check_token_ids(self, token_ids) -> None:
+        """Refuse ids the embedding would misread: not whole numbers (a cast would truncate them) or outside
+        [0, vocab_size) (a negative id would take a row from the end)."""
+        if token_ids.dtype.kind not in "iu":
+            whole = token_ids.dtype.kind == "f" and bool(np.all(np.isfinite(token_ids)
+                                                                & (token_ids == np.round(token_ids))))
+            if not whole:
+                raise ValueError(f"encode_text: token_ids must be whole numbers in [0, {self.vocab_size}), got "
+                                 f"{token_ids.dtype} values such as {token_ids.ravel()[:3].tolist()}; tokenize with "
+                                 "m.tokenize, which gives int32 ids.")
+        if token_ids.size and (token_ids.min() < 0 or token_ids.max() >= self.vocab_size):
+            wrong = token_ids[(token_ids < 0) | (token_ids >= self.vocab_size)]
+            raise ValueError(f"encode_text: token ids must be in [0, {self.vocab_size}) (the text tower's vocabulary), "
+                             f"got {sorted({int(v) for v in wrong})[:5]}; tokenize with m.tokenize.")
+
     def logits(self, image_features, text_features):
         """`logits_per_image` (N, T): exp(logit_scale) · cosine (+ logit_bias); `.T` is `logits_per_text`."""
         return np.asarray(keras.ops.convert_to_numpy(self.logits_layer(
@@ -124,6 +145,9 @@ class ZeroShotModel:
     def class_text_features(self, class_names, templates=None):
         """One normalised text embedding per class: the prompt `templates` (default: the class name alone), each
         embedded, normalised and averaged per class, the mean renormalised (CLIP's prompt ensembling)."""
+        if isinstance(class_names, (str, bytes)):
+            raise ValueError(f"classify: class_names must be a list of names, got the string {class_names!r}, whose "
+                             f"characters would each be a class; pass [{class_names!r}] for one class.")
         class_names = list(class_names)
         if not class_names:
             raise ValueError("classify: got no class names; pass at least one label.")
@@ -131,6 +155,14 @@ class ZeroShotModel:
         if blank:
             raise ValueError(f"classify: class name(s) at position {blank} are empty; every label needs text "
                              "(remove the empty entries from the class list).")
+        seen, repeated = set(), []
+        for name in class_names:
+            if name in seen and name not in repeated:
+                repeated.append(name)
+            seen.add(name)
+        if repeated:
+            raise ValueError(f"classify: the class names {repeated[:5]} appear more than once, so each would be "
+                             "scored twice; pass every class once.")
         if templates is None:
             prompts, count = class_names, 1
         else:
@@ -168,6 +200,24 @@ def build(checkpoint: Checkpoint, *, include_preprocessing: bool = True, image_s
                          text_config=checkpoint.text_config, layout=checkpoint.layout)
 
 
+def _check_tokenizer(tokenizer: Tokenizer, config, path: str) -> None:
+    """Refuse a tokenizer that is not the text tower's: ids beyond its embedding table, or (a tower that pools at
+    the end-of-text token) texts that never hold the config's `eos_token_id`, which would pool at position 0."""
+    files = f"{tokenizer.source!r} (with tokenizer_config.json)"
+    if tokenizer.max_id >= config.vocab_size:
+        raise ValueError(f"{files} gives ids up to {tokenizer.max_id}, but the text tower's embedding table has "
+                         f"{config.vocab_size} rows (text_config.vocab_size); the tokenizer is not this model's. Save "
+                         "the model's own tokenizer beside it.")
+    if config.pooling == "first_eos":
+        ids, _ = tokenizer(["a photo of a cat"])
+        if config.eos_token_id not in ids[0]:
+            raise ValueError(
+                f"{os.path.join(path, 'config.json')!r} says the text tower pools at its end-of-text token "
+                f"(text_config.eos_token_id {config.eos_token_id}), but {files} never gives that id (a text becomes "
+                f"{ids[0][:8].tolist()} ...): the tokenizer is not this model's, or eos_token_id is wrong. Save the "
+                "model's own tokenizer beside it, or correct eos_token_id.")
+
+
 def from_pretrained(source, *, include_preprocessing: bool = True, image_size=None, flexible: bool = False,
                     revision=None, token=None, cache_dir=None) -> ZeroShotModel:
     """The zero-shot model of a transformers `CLIPModel`, `SiglipModel` or `Siglip2Model` directory (config.json,
@@ -191,9 +241,6 @@ def from_pretrained(source, *, include_preprocessing: bool = True, image_size=No
     config = checkpoint.text_config
     tokenizer = Tokenizer.from_directory(path, context_length=config.context_length, family=checkpoint.family_name,
                                          return_mask=config.use_attention_mask)
-    if tokenizer.max_id >= config.vocab_size:
-        raise ValueError(f"{tokenizer.source!r} gives ids up to {tokenizer.max_id}, but the text tower's embedding "
-                         f"table has {config.vocab_size} rows (text_config.vocab_size); the tokenizer is not this "
-                         "model's. Save the model's own tokenizer beside it.")
+    _check_tokenizer(tokenizer, config, path)
     return build(checkpoint, include_preprocessing=include_preprocessing, image_size=image_size, flexible=flexible,
                  tokenizer=tokenizer)

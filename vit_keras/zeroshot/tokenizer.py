@@ -103,12 +103,23 @@ def tokenizer_class(family: str, config: dict) -> str:
     return str(config.get("tokenizer_class") or "TokenizersBackend").removesuffix("Fast")
 
 
+def _load_json(file: str):
+    """A tokenizer file's JSON, or an error naming the file."""
+    try:
+        with open(file, encoding="utf-8") as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        where = f" ({error.msg} at line {error.lineno}, column {error.colno})" if isinstance(
+            error, json.JSONDecodeError) else " (not UTF-8 text)"
+        raise ValueError(f"{file!r} is not valid JSON{where}; save the model's tokenizer again "
+                         "(tokenizer.save_pretrained(directory)).") from None
+
+
 def _read_config(path: str) -> dict:
     file = os.path.join(path, TOKENIZER_CONFIG_NAME)
     if not os.path.isfile(file):
         return {}
-    with open(file, encoding="utf-8") as f:
-        config = json.load(f)
+    config = _load_json(file)
     if not isinstance(config, dict):
         raise ValueError(f"{file!r} is not a JSON object; save the tokenizer again with save_pretrained.")
     return config
@@ -200,8 +211,9 @@ class Tokenizer:
         pipeline = PIPELINES.get(name, AS_SAVED)
         special = {key: _special(config.get(key, pipeline.defaults.get(key)))
                    for key in ("unk_token", "bos_token", "eos_token", "pad_token")}
-        with open(file, encoding="utf-8") as f:
-            tokenizer_json = json.load(f)
+        tokenizer_json = _load_json(file)
+        if not isinstance(tokenizer_json, dict):
+            raise ValueError(f"{file!r} is not a JSON object; save the model's tokenizer again.")
         try:
             backend = tokenizers.Tokenizer.from_str(_rebuilt(tokenizer_json, pipeline, special["unk_token"]))
         except ValueError as error:

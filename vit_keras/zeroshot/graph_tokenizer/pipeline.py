@@ -9,6 +9,7 @@ import tensorflow as tf
 from vit_keras.zeroshot.graph_tokenizer.tensors import each, table
 from vit_keras.zeroshot.graph_tokenizer.unicode import (
     MATCH,
+    NUL,
     SPLIT,
     UnsupportedPipeline,
     escape_members,
@@ -24,12 +25,20 @@ def _regex(pattern: dict) -> str:
     return literal(pattern["String"]) if "String" in pattern else translate_regex(pattern["Regex"])
 
 
+def lowercase(texts):
+    """The library's Lowercase as TensorFlow runs it: Σ first (TensorFlow lowercases whole strings, so a word-final Σ
+    would become ς; the library maps each character alone), and NUL through a stand-in (TensorFlow's lowercasing
+    ends a string at NUL; the library keeps what follows)."""
+    texts = tf.strings.regex_replace(tf.strings.regex_replace(texts, "\u03a3", "\u03c3"), "\\x00", NUL)
+    return tf.strings.regex_replace(tf.strings.lower(texts, encoding="utf-8"), NUL, "\x00")
+
+
 class Normalizer(tf.Module):
     """A tokenizer.json `normalizer` as string ops: `normalizer(texts)`; refuses a part it has no form for."""
 
     def __init__(self, spec):
         super().__init__()
-        self.steps, self.nfc = [], False
+        self.steps, self.nfc, self.lowercases = [], False, False
         self._add(spec)
 
     def _add(self, spec):
@@ -40,9 +49,8 @@ class Normalizer(tf.Module):
             for part in spec["normalizers"]:
                 self._add(part)
         elif kind == "Lowercase":
-            # Σ first: TensorFlow lowercases whole strings (a word-final Σ becomes ς), the library each character
-            self.steps.append(lambda text: tf.strings.lower(tf.strings.regex_replace(text, "\u03a3", "\u03c3"),
-                                                            encoding="utf-8"))
+            self.steps.append(lowercase)
+            self.lowercases = True
         elif kind == "NFC":
             self.nfc = True
         elif kind == "Replace":

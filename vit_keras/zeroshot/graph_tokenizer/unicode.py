@@ -13,30 +13,66 @@ import functools
 import sys
 import unicodedata
 
+import numpy as np
+
 # Oniguruma's Unicode escapes (the tokenizers library's regex engine); their members are read from the installed
 # library (`escape_members`), since its Unicode tables and class definitions differ from RE2's named classes.
 ESCAPES = "wsd"
-# Markers put around regex matches to split on them: Unicode noncharacters, which no text should carry (a text
-# that does fails the call rather than being split on them).
-SPLIT, MATCH = "\ufdd0", "\ufdd1"
+# Markers put around regex matches to split on them, and NUL's stand-in through TensorFlow's lowercasing (which
+# ends a string at NUL): Unicode noncharacters, which no text should carry (a text that does fails the call).
+SPLIT, MATCH, NUL = "\ufdd0", "\ufdd1", "\ufdd2"
+RESERVED = (SPLIT, MATCH, NUL)
 
 
 class UnsupportedPipeline(ValueError):
     """A tokenizer part with no TensorFlow form here."""
 
+
 @functools.cache
-def escape_members(escape: str, in_class: bool = False) -> str:
-    """The characters the tokenizers library's `\\<escape>` (w, s or d) matches, alone or inside a bracketed class
-    (which differ there: `[\\w]` leaves out some numbers `\\w` takes), as RE2 class members (`\\x{..}` ranges),
-    read from the library itself: one split of a text holding every code point."""
+def code_points() -> tuple:
+    """Every Unicode scalar value (code points less the surrogates, which no text can hold)."""
+    return tuple(point for point in range(sys.maxunicode + 1) if not 0xD800 <= point <= 0xDFFF)
+
+
+@functools.cache
+def every_character() -> str:
+    """One text holding every Unicode scalar value, in order."""
+    return "".join(map(chr, code_points()))
+
+
+@functools.cache
+def library_ranges(pattern: str) -> tuple:
+    """The code points the tokenizers library's regex `pattern` (one character's worth: a class or an escape)
+    matches, as sorted inclusive `(first, last)` ranges, read from the library itself: one split of a text holding
+    every code point, whose pieces left over are the runs it does not match."""
     from vit_keras.extras import require
 
     library = require("tokenizers", "zeroshot", "Building a tokenizer's TensorFlow form")
-    points = [point for point in range(sys.maxunicode + 1) if not 0xD800 <= point <= 0xDFFF]
+    split = library.pre_tokenizers.Split(library.Regex(f"(?:{pattern})+"), "removed")
+    matched = np.ones(len(code_points()), bool)
+    for _, (begin, end) in split.pre_tokenize_str(every_character()):  # offsets index code_points()
+        matched[begin:end] = False
+    return tuple(point_ranges(np.asarray(code_points())[matched]))
+
+
+def point_ranges(points) -> list:
+    """Sorted code points as inclusive `(first, last)` ranges of consecutive values."""
+    points = np.asarray(points, np.int64)
+    if not len(points):
+        return []
+    breaks = np.flatnonzero(np.diff(points) != 1)
+    firsts = np.concatenate([points[:1], points[breaks + 1]])
+    lasts = np.concatenate([points[breaks], points[-1:]])
+    return [(int(first), int(last)) for first, last in zip(firsts, lasts)]
+
+
+@functools.cache
+def escape_members(escape: str, in_class: bool = False) -> str:
+    """The characters the tokenizers library's `\\<escape>` (w, s, d, or a property such as `p{L}`) matches, alone
+    or inside a bracketed class (which differ there: `[\\w]` leaves out some numbers `\\w` takes), as RE2 class
+    members (`\\x{..}` ranges), read from the library itself."""
     pattern = f"[\\{escape}]" if in_class else f"\\{escape}"
-    split = library.pre_tokenizers.Split(library.Regex(pattern), "removed")
-    outside = {ord(char) for piece, _ in split.pre_tokenize_str("".join(map(chr, points))) for char in piece}
-    return char_class(point for point in points if point not in outside)[1:-1]
+    return ranges_class(library_ranges(pattern))[1:-1]
 
 
 def translate_regex(pattern: str) -> str:
@@ -54,6 +90,12 @@ def translate_regex(pattern: str) -> str:
             if escape in ESCAPES:
                 members = escape_members(escape, in_class)
                 out.append(members if in_class else f"[{members}]")
+            elif escape in "pP":  # a Unicode property: its members as the library's tables have them
+                end = pattern.index("}", i) + 1 if pattern[i + 2:i + 3] == "{" else i + 3
+                members = escape_members(pattern[i + 1:end], in_class)
+                out.append(members if in_class else f"[{members}]")
+                i = end
+                continue
             elif escape.lower() in ESCAPES and escape.isupper():
                 if in_class:
                     raise UnsupportedPipeline(f"the pattern {pattern!r} negates \\{escape} inside a class, which has "
@@ -88,17 +130,12 @@ def rewrite(text: str) -> str:
 
 
 def char_class(codepoints) -> str:
-    ranges, start, previous = [], None, None
-    for point in sorted(codepoints):
-        if start is None:
-            start = previous = point
-        elif point == previous + 1:
-            previous = point
-        else:
-            ranges.append((start, previous))
-            start = previous = point
-    if start is not None:
-        ranges.append((start, previous))
+    """Code points as an RE2 bracketed class."""
+    return ranges_class(point_ranges(sorted(set(codepoints))))
+
+
+def ranges_class(ranges) -> str:
+    """Inclusive `(first, last)` code-point ranges as an RE2 bracketed class."""
     return "[" + "".join(f"\\x{{{a:X}}}" if a == b else f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in ranges) + "]"
 
 
