@@ -169,9 +169,8 @@ def text_model(config: TextConfig, name: str = "text_model") -> keras.Model:
     mask = keras.Input((None,), dtype="int32", name=ATTENTION_MASK)
     x = TextEmbedding(config.vocab_size, config.context_length, config.hidden_size, name="text_embedding")(ids)
     for index in range(config.num_layers):
-        x = TextBlock(num_heads=config.num_heads, mlp_dim=config.mlp_dim, activation=config.activation,
-                      layer_norm_epsilon=config.layer_norm_epsilon, causal=config.causal,
-                      use_attention_mask=config.use_attention_mask, name=block_name(index))(x, mask)
+        x = TextBlock(block=config.block, causal=config.causal, use_attention_mask=config.use_attention_mask,
+                      name=block_name(index))(x, mask)
     x = keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="final_layer_norm")(x)
     x = TextPooling(config.pooling, config.eos_token_id, name="text_pooling")(x, ids)
     if config.projection_dim is not None:
