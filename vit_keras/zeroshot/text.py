@@ -84,7 +84,8 @@ def attention_mask(length, causal: bool, padding_mask=None):
 @keras.saving.register_keras_serializable(package="vit_keras.zeroshot")
 class TextBlock(TransformerBlock):
     """The vision side's pre-LN `TransformerBlock` (same parts and checkpoint names) with a text mask: `causal`
-    (CLIP) and/or the padding mask it is called with (when `use_attention_mask`).
+    (CLIP) and/or the padding mask it is called with (when `use_attention_mask`). It takes its `BlockConfig` as the
+    vision block does: whole (`block=TextConfig.block`, as `text_model` passes it) or as keywords.
 
     Example:
         >>> block = TextBlock(num_heads=2, mlp_dim=16, causal=True, activation="quick_gelu")
