@@ -176,15 +176,13 @@ def test_a_model_without_a_position_table_takes_any_grid_its_patches_divide():
     asked. Bound: the any-size model and one built for the size compute the same float32 graph but for the RoPE
     tables, computed in the graph from the grid instead of stored: float32 rounding over two blocks, ~1e-6 of the
     output's scale; 1e-5 with margin, where a wrong position rotates by O(0.1)."""
-    from vit_keras.configs import stored_table
-
     directory = os.path.join(FIXTURES, "family2", "timm_dinov3", "checkpoint")
     model = vit_keras.from_pretrained(directory, classifier_activation=None)
-    assert model.input_shape == (None, None, None, 3) and stored_table(config_of(model).to_dict()).any_grid
+    assert model.input_shape == (None, None, None, 3) and config_of(model).position_embedding == "none"
     images = np.random.default_rng(0).uniform(0, 255, (1, 48, 64, 3)).astype("float32")
     fixed = vit_keras.from_pretrained(directory, image_size=(48, 64), classifier_activation=None)
     assert fixed.input_shape == (None, 48, 64, 3)
     out, expected = np.asarray(model(images)), np.asarray(fixed(images))
     assert np.abs(out - expected).max() <= 1e-5 * max(1.0, np.abs(expected).max())
     learned = vit_keras.from_pretrained(os.path.join(FIXTURES, "family", "timm_deit_distilled", "checkpoint"))
-    assert learned.input_shape[1:3] != (None, None) and not stored_table(config_of(learned).to_dict()).any_grid
+    assert None not in learned.input_shape[1:3] and config_of(learned).position_embedding == "learned_1d"
