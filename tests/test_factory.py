@@ -182,6 +182,7 @@ def test_a_model_without_a_position_table_takes_any_grid_its_patches_divide():
     images = np.random.default_rng(0).uniform(0, 255, (1, 48, 64, 3)).astype("float32")
     fixed = vit_keras.from_pretrained(directory, image_size=(48, 64), classifier_activation=None)
     assert fixed.input_shape == (None, 48, 64, 3)
+    assert vit_keras.from_pretrained(directory, any_image_size=False).input_shape == (None, 32, 32, 3)  # stored
     out, expected = np.asarray(model(images)), np.asarray(fixed(images))
     assert np.abs(out - expected).max() <= 1e-5 * max(1.0, np.abs(expected).max())
     learned = vit_keras.from_pretrained(os.path.join(FIXTURES, "family", "timm_deit_distilled", "checkpoint"))

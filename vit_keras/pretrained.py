@@ -43,7 +43,7 @@ def from_pretrained(
     name=None,
     sha256=None,
     cache_dir=None,
-    any_image_size=False,
+    any_image_size=None,
     head_tokens_only=False,
     revision=None,
     token=None,
@@ -74,8 +74,9 @@ def from_pretrained(
     (`image_size` then only says the grid they are stored at). `head_tokens_only=True`: the last block runs for
     the class (and distillation) token only, the same outputs for less work (see `vit_keras.ViT`).
     A model without a table of absolute positions (RoPE only, e.g. DINOv3) takes any image size whose sides the
-    patch size divides, as transformers runs it, without `any_image_size=True` (`image_size` fixes one); the
-    families that do are in the example below, listed from the readers' rows.
+    patch size divides, as transformers runs it, without `any_image_size=True` (`image_size`, or
+    `any_image_size=False` for the checkpoint's own size, fixes one); the families that do are in the example
+    below, listed from the readers' rows.
     NaFlex checkpoints (transformers `Siglip2VisionModel`, timm `naflexvit_*`) have no fixed size: without
     `image_size` they give a model of any image size. `flexible=True`: a native-aspect-ratio model whose input is a
     dict of `patches`, `grid` and `mask` (a batch of images of different sizes, see `vit_keras.ViT`), the position
@@ -123,5 +124,5 @@ def from_pretrained(
         info, partial, interpolation=interpolation, include_top=include_top, pooling=pooling, classes=classes,
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
         input_tensor=input_tensor, name=name, head_tokens_only=head_tokens_only, flexible=flexible,
-        any_image_size=any_image_size or (info.native_aspect and image_size is None),
+        any_image_size=True if info.native_aspect and image_size is None else any_image_size,
     )

@@ -18,7 +18,7 @@ ARCHITECTURE_SOURCES = ("checkpoint", "defaults")
 
 def resolve_config(info, overrides: dict, *, architecture_from: str = "checkpoint", include_top: bool = True,
                    classes=None, interpolation=None, source_grid=None, headless_representation: bool = True,
-                   any_image_size: bool = False) -> ViTConfig:
+                   any_image_size: bool | None = None) -> ViTConfig:
     """The config of the model a checkpoint and a caller's partial config describe, made once: one set of rules for
     `ViT()`, `from_pretrained` and `vit-keras convert`.
 
@@ -32,7 +32,8 @@ def resolve_config(info, overrides: dict, *, architecture_from: str = "checkpoin
       checkpoint without a position table to resample (`position_embedding="none"`: RoPE only, e.g. DINOv3) gives
       a model of any size whose sides the patches divide when `image_size` is left out, as transformers runs it.
     - `any_image_size=True`: a model of any image size (`image_size=None`); an `image_size` in `overrides` then
-      only says the grid the position embeddings are resampled to once and stored at (`pos_grid`).
+      only says the grid the position embeddings are resampled to once and stored at (`pos_grid`). None: any size
+      for a checkpoint without a position table (above), else as `image_size` says; False: never by default.
     - `representation_size` left out is the checkpoint's, dropped when a fresh head replaces the checkpoint's
       (`include_top` with other `classes`), as vit_jax's `load_pretrained` fine-tunes, and without a head
       (`include_top=False`) unless `headless_representation` (True: the checkpoint's own model without its
@@ -74,8 +75,9 @@ def resolve_config(info, overrides: dict, *, architecture_from: str = "checkpoin
     table = stored_table(fields)  # the partial config's position table, before the config is made
     # A table that is part of the architecture (bilinear_crop) stays at its stored grid and keeps its own resampling.
     architectural = table.architectural
-    if info is not None and architecture_from == "checkpoint" and "image_size" not in overrides:
-        any_image_size = any_image_size or table.any_grid
+    if any_image_size is None:
+        any_image_size = (info is not None and architecture_from == "checkpoint" and "image_size" not in overrides
+                          and table.any_grid)
     if any_image_size:
         if fields["image_size"] is not None and "image_size" in overrides:  # the grid it is stored at
             overrides = {**overrides, "pos_grid": table.grid}
@@ -131,7 +133,7 @@ def build_from_checkpoint(info, overrides: dict, *, architecture_from: str = "ch
                           source_grid=None, include_top=True, pooling=None, classes=None,
                           classifier_activation="softmax", include_preprocessing=True, input_tensor=None, channels=3,
                           name=None, input_size=None, dtype=None, head_tokens_only=False,
-                          headless_representation=True, flexible=False, any_image_size=False):
+                          headless_representation=True, flexible=False, any_image_size=None):
     """The factory behind `ViT()`, `from_pretrained` and `vit-keras convert`: resolve the partial config `overrides`
     once (`resolve_config`: the checkpoint's fields, the caller's winning, the rest from `architecture_from`), build
     it (`build_vit`) and assign the checkpoint's parameters (`vit_keras.weights.load_checkpoint`).
@@ -166,7 +168,7 @@ def build_from_checkpoint(info, overrides: dict, *, architecture_from: str = "ch
     config = resolve_config(info, overrides, architecture_from=architecture_from, include_top=include_top,
                             classes=classes, interpolation=interpolation, source_grid=source_grid,
                             headless_representation=headless_representation,
-                            any_image_size=any_image_size or flexible)
+                            any_image_size=True if flexible else any_image_size)
     normalization = None if info is None else check_normalization(info.normalization, source=info.path)
     model = build_vit(
         config, include_top=include_top, pooling=pooling, classes=classes if classes is not None else 1000,
