@@ -55,7 +55,7 @@ from vit_keras.configs import (
 )
 from vit_keras.layers.dtypes import check_model_dtype
 from vit_keras.models.build import check_head_options
-from vit_keras.models.factory import build_from_checkpoint
+from vit_keras.models.factory import build_from_checkpoint, check_channels
 from vit_keras.models.inputs import DEFAULT_SIZE, check_architecture_arguments, resolve_image_arguments
 
 
@@ -130,6 +130,7 @@ def ViT(
     check_head_options(include_top, pooling, classes, classifier_activation, None)
     info = weights_lib.loading.describe(weights, architecture=partial, image_size=None if any_size else (height, width))
     keras_file = info if info is not None and info.format == "keras" else None
+    check_channels(keras_file, channels)
     model = build_from_checkpoint(
         None if keras_file else info, partial, architecture_from="defaults", interpolation=interpolation,
         source_grid=source_grid, include_top=include_top, pooling=pooling, classes=classes,

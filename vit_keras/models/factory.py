@@ -129,6 +129,15 @@ def _checkpoint_fields(info, overrides: dict, source_grid, architecture_from: st
     return fields
 
 
+def check_channels(info, channels: int) -> None:
+    """Refuse pretrained weights (`info`, None: none) for images that are not RGB."""
+    if info is not None and channels != 3:
+        raise ValueError(
+            f"Pretrained weights expect RGB images (3 channels), got {channels}; pass input_shape=(H, W, 3) "
+            "or weights=None."
+        )
+
+
 def build_from_checkpoint(info, overrides: dict, *, architecture_from: str = "checkpoint", interpolation=None,
                           source_grid=None, include_top=True, pooling=None, classes=None,
                           classifier_activation="softmax", include_preprocessing=True, input_tensor=None, channels=3,
@@ -150,11 +159,7 @@ def build_from_checkpoint(info, overrides: dict, *, architecture_from: str = "ch
         >>> model.output_shape
         (None, 10)
     """
-    if info is not None and channels != 3:
-        raise ValueError(
-            f"Pretrained weights expect RGB images (3 channels), got {channels}; pass input_shape=(H, W, 3) "
-            "or weights=None."
-        )
+    check_channels(info, channels)
     if include_top is None:  # the checkpoint's head, or its backbone when it has none
         include_top = classes is not None or info is None or info.classes is not None
     if include_top and classes is None:
