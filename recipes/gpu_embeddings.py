@@ -69,7 +69,9 @@ def main(argv=None):
     print(
         f"attention path: {summary['attention'].get(choice.policy.removeprefix('mixed_'), 'keras')}"
     )
-    size = model.input_shape[1:3]
+    # The size the checkpoint was made for (a RoPE-only model such as DINOv3
+    # takes any size).
+    size = model.vit_config.reference_image_size
     paths = sorted(
         path
         for path in glob.glob(os.path.join(args.folder, "**", "*"), recursive=True)

@@ -40,7 +40,9 @@ def main(argv=None):
     # (transformers' pooler_output).
     # The model takes RGB in [0, 255] and applies the checkpoint's own normalisation.
     model = vit_keras.from_pretrained(args.model, include_top=False, pooling="token")
-    size = model.input_shape[1:3]
+    # The size the checkpoint was made for (a RoPE-only model such as DINOv3
+    # takes any size).
+    size = model.vit_config.reference_image_size
     images = np.stack([read_image(path, size) for path in args.images])
     embeddings = np.asarray(model.predict(images, verbose=0), dtype=np.float32)
 

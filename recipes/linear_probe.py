@@ -43,7 +43,8 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
 
-    backbone = vit_keras.from_pretrained(args.model, include_top=False)
+    # At the checkpoint's own size: the probe's features are computed at one size.
+    backbone = vit_keras.from_pretrained(args.model, include_top=False, any_image_size=False)
     train = local_data.load(args.folder, "train[:80%]")
     test = local_data.load(args.folder, "train[80%:]")
     result, head = training.linear_probe(

@@ -74,3 +74,24 @@ def test_resnet_config_from_dict_and_errors():
         ResNetConfig.from_any({"num_layers": [0]})
     with pytest.raises(ValueError, match="resnet"):
         ResNetConfig.from_any([3, 4, 9])
+
+
+def test_the_parts_configs_are_made_once_with_the_config_and_taken_whole_by_every_layer():
+    from tests.tiny import TINY
+    from vit_keras.configs import ViTConfig
+    from vit_keras.model_config import config_of
+    from vit_keras.zeroshot import TextConfig, text_model
+
+    model = vit_keras.ViT(image_size=32, global_pool="map", class_token=False, include_top=False, pooling="map",
+                          **TINY)
+    config = config_of(model)
+    assert config.block is config.block and config.patch is config.patch
+    assert config.pooling_head is config.pooling_head
+    assert model.get_layer("Transformer_encoderblock_0").block is config.block
+    assert model.get_layer("patch_encoder").patch is config.patch
+    assert model.get_layer("MAPHead_0").head is config.pooling_head
+    # The flat fields are the config's as given, not written back by a part.
+    assert ViTConfig(num_register_tokens=2, no_embed_class=True).patch.num_register_tokens == 2
+    text = TextConfig(vocab_size=20, context_length=5, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=16,
+                      activation="quick_gelu")
+    assert text_model(text).get_layer("text_block_0").block is text.block

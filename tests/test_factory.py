@@ -132,3 +132,58 @@ def test_checkpoint_stored_size_is_the_default_and_overrides_win():
     assert any_size.image_size is None and any_size.pos_grid == stored.grid_size
     stored_at_48 = resolve_config(info, {"image_size": (48, 48)}, any_image_size=True)
     assert stored_at_48.image_size is None and stored_at_48.pos_grid == (48 // stored.patch_size,) * 2
+
+
+@pytest.fixture
+def config_count(monkeypatch):
+    """How many `ViTConfig`s are made while the test runs."""
+    made = []
+    post_init = ViTConfig.__post_init__
+
+    def counting(self):
+        made.append(self)
+        post_init(self)
+
+    monkeypatch.setattr(ViTConfig, "__post_init__", counting)
+    return made
+
+
+def test_vit_and_from_pretrained_resolve_the_config_once(config_count):
+    npz = os.path.join(FIXTURES, "vitjax_token_raw", "checkpoint.npz")
+    model = vit_keras.ViT(image_size=32, classes=7, weights=npz, **TINY)
+    assert len(config_count) == 1 and config_count[0] is config_of(model)
+    config_count.clear()
+    model = vit_keras.from_pretrained(npz, image_size=32)
+    assert len(config_count) == 1 and config_count[0] is config_of(model)
+
+
+def test_a_checkpoint_without_a_head_loads_as_its_backbone():
+    directory = os.path.join(FIXTURES, "family", "hf_dinov2", "checkpoint")  # a transformers Dinov2Model
+    backbone = vit_keras.from_pretrained(directory)
+    assert "head" not in [layer.name for layer in backbone.layers]
+    assert backbone.output_shape == vit_keras.from_pretrained(directory, include_top=False).output_shape
+    with pytest.raises(ValueError, match=r"hf_dinov2/checkpoint' has no classification head.*include_top=False.*"
+                                         r"classes=N"):
+        vit_keras.from_pretrained(directory, include_top=True)
+    assert vit_keras.from_pretrained(directory, classes=3).output_shape == (None, 3)  # a fresh head on request
+    # A checkpoint with a head keeps it by default.
+    with_head = os.path.join(FIXTURES, "family", "timm_deit_distilled", "checkpoint")
+    assert vit_keras.from_pretrained(with_head).output_shape == (None, 7)
+
+
+def test_a_model_without_a_position_table_takes_any_grid_its_patches_divide():
+    """DINOv3 (RoPE only) runs at any grid, as transformers runs it; a learned table keeps the stored size unless
+    asked. Bound: the any-size model and one built for the size compute the same float32 graph but for the RoPE
+    tables, computed in the graph from the grid instead of stored: float32 rounding over two blocks, ~1e-6 of the
+    output's scale; 1e-5 with margin, where a wrong position rotates by O(0.1)."""
+    directory = os.path.join(FIXTURES, "family2", "timm_dinov3", "checkpoint")
+    model = vit_keras.from_pretrained(directory, classifier_activation=None)
+    assert model.input_shape == (None, None, None, 3) and config_of(model).position_embedding == "none"
+    images = np.random.default_rng(0).uniform(0, 255, (1, 48, 64, 3)).astype("float32")
+    fixed = vit_keras.from_pretrained(directory, image_size=(48, 64), classifier_activation=None)
+    assert fixed.input_shape == (None, 48, 64, 3)
+    assert vit_keras.from_pretrained(directory, any_image_size=False).input_shape == (None, 32, 32, 3)  # stored
+    out, expected = np.asarray(model(images)), np.asarray(fixed(images))
+    assert np.abs(out - expected).max() <= 1e-5 * max(1.0, np.abs(expected).max())
+    learned = vit_keras.from_pretrained(os.path.join(FIXTURES, "family", "timm_deit_distilled", "checkpoint"))
+    assert None not in learned.input_shape[1:3] and config_of(learned).position_embedding == "learned_1d"

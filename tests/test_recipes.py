@@ -124,7 +124,8 @@ def test_image_embeddings_by_hub_id(hub, workdir, script, pooling):
     # The same numbers as the checkpoint's directory loaded here with the recipe's pooling.
     model = vit_keras.from_pretrained(str(SERVED[_default_model(script).removeprefix("hf-hub:")]),
                                       include_top=False, pooling=pooling)
-    images = np.stack([read_image(workdir / "photos" / c / "0.jpg", model.input_shape[1:3]) for c in ("red", "blue")])
+    size = model.vit_config.reference_image_size  # DINOv3 (RoPE only) takes any size: its checkpoint's
+    images = np.stack([read_image(workdir / "photos" / c / "0.jpg", size) for c in ("red", "blue")])
     np.testing.assert_allclose(embeddings, model.predict(images, verbose=0), rtol=1e-5, atol=1e-5)
     assert embeddings.shape == (2, model.output_shape[-1])
     assert "cosine similarity:" in out and f"wrote {script}.npy (2, {embeddings.shape[1]})" in out, out

@@ -133,6 +133,51 @@ def prefix_token_count(class_token: bool, num_class_tokens: int, distilled: bool
     return int(num_class_tokens) * int(class_token) + int(distilled) + int(num_register_tokens)
 
 
+def embedded_prefix_count(position_embedding: str, no_embed_class: bool, num_prefix_tokens: int) -> int:
+    """Prefix tokens with a row in the position-embedding table: all of them in a learned 1-D table that embeds
+    them (timm's default), none otherwise.
+
+    Example:
+        >>> embedded_prefix_count("learned_1d", False, 5), embedded_prefix_count("learned_1d", True, 5)
+        (5, 0)
+    """
+    return 0 if no_embed_class or position_embedding != "learned_1d" else int(num_prefix_tokens)
+
+
+def resnet_stride(resnet) -> int:
+    """Image pixels one position of a hybrid's ResNet feature map spans (1 without a stem): the root's 4, then 2 per
+    stage after the first.
+
+    Example:
+        >>> resnet_stride(None), resnet_stride({"num_layers": [3, 4, 9]})
+        (1, 16)
+    """
+    resnet = ResNetConfig.from_any(resnet)
+    return 1 if resnet is None else 4 * 2 ** max(len(resnet.num_layers) - 1, 0)
+
+
+def check_image_sides(image_size: tuple[int, int], patch_size: int, resnet) -> int:
+    """The model's stride (`patch_size`, times a hybrid stem's), once both image sides are checked to be multiples
+    of it.
+
+    Example:
+        >>> check_image_sides((32, 48), 8, None)
+        8
+        >>> check_image_sides((32, 50), 8, None)
+        Traceback (most recent call last):
+        ...
+        ValueError: Image width 50 is not divisible by patch_size 8; use 48 or 56 instead.
+    """
+    stride = patch_size * resnet_stride(resnet)
+    for dim, size in zip(("height", "width"), image_size):
+        if size % stride:
+            what = (f"patch_size {patch_size}" if resnet is None else
+                    f"the hybrid's total stride {stride} (ResNet stem stride x patch_size)")
+            lower, upper = (size // stride) * stride, (size // stride + 1) * stride
+            raise ValueError(f"Image {dim} {size} is not divisible by {what}; use {lower or upper} or {upper} instead.")
+    return stride
+
+
 @dataclasses.dataclass(frozen=True)
 class BlockConfig:
     """The fields one encoder block reads, which `vit_keras.layers.TransformerBlock` takes whole: the attention
@@ -289,9 +334,7 @@ class PatchConfig:
     @property
     def num_embedded_prefix_tokens(self) -> int:
         """Prefix tokens that have a row in the position-embedding table."""
-        if self.no_embed_class or self.position_embedding != "learned_1d":
-            return 0
-        return self.num_prefix_tokens
+        return embedded_prefix_count(self.position_embedding, self.no_embed_class, self.num_prefix_tokens)
 
     @classmethod
     def from_arguments(cls, arguments: Mapping) -> PatchConfig:
@@ -364,6 +407,45 @@ class PoolingHeadConfig:
             raise TypeError(f"Unknown pooling-head arguments {unknown}; its fields are "
                             f"{[f.name for f in dataclasses.fields(cls) if f.name != 'kind']}.")
         return cls(**fields, kind=kind)
+
+
+def whole_or_keywords(config_class, whole, keywords: dict, *, argument: str, names=None, make=None, **given):
+    """The config a layer reads: given whole (`whole`: the config itself, or the dict of it that the layer's saved
+    config holds) or made from keyword arguments, never both. Every layer that takes a sub-config (`BlockConfig`,
+    `PatchConfig`, `PoolingHeadConfig`) takes it this one way, so that a layer built on its own, one built by
+    `build_vit` and one read from a `.keras` file (whose flat keywords and older names stay readable) all hold one
+    validated config.
+
+    `whole` is the layer's `argument` (e.g. `block`). The config's fields (or `names`, when the layer takes fewer as
+    keywords) are taken out of `keywords` (the layer's
+    `**kwargs`, which keeps the Keras Layer's own arguments); `given` are the layer's positional fields, counted when
+    not None. `make` turns the keywords into the config (default: `config_class.from_arguments`, which knows the
+    older names).
+
+    Example:
+        >>> kwargs = {"num_heads": 2, "mlp_dim": 8, "name": "block"}
+        >>> whole_or_keywords(BlockConfig, None, kwargs, argument="block").mlp_dim, kwargs
+        (8, {'name': 'block'})
+        >>> whole_or_keywords(BlockConfig, {"num_heads": 2, "mlp_dim": 8}, {}, argument="block").num_heads
+        2
+        >>> whole_or_keywords(BlockConfig, BlockConfig(num_heads=2, mlp_dim=8), {"num_heads": 2}, argument="block")
+        Traceback (most recent call last):
+        ...
+        TypeError: Pass a BlockConfig either as `block=` or as keywords, not both (got ['num_heads'] beside block=).
+    """
+    names = set(names if names is not None else (f.name for f in dataclasses.fields(config_class)))
+    fields = {name: keywords.pop(name) for name in list(keywords) if name in names}
+    fields.update({name: value for name, value in given.items() if value is not None})
+    if whole is None:
+        return (make or config_class.from_arguments)(fields)
+    if fields:
+        raise TypeError(f"Pass a {config_class.__name__} either as `{argument}=` or as keywords, not both (got "
+                        f"{sorted(fields)} beside {argument}=).")
+    if isinstance(whole, Mapping):  # a layer config saved by `get_config`
+        return config_class(**whole)
+    if not isinstance(whole, config_class):
+        raise TypeError(f"`{argument}` must be a {config_class.__name__} (or its dict), got {type(whole).__name__}.")
+    return whole
 
 
 @dataclasses.dataclass(frozen=True)
@@ -469,8 +551,10 @@ class ViTConfig:
 
     def __post_init__(self):
         set_ = object.__setattr__
-        for field in ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers"):
+        for field in ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers", "num_class_tokens"):
             set_(self, field, check_positive_int(field, getattr(self, field)))
+        set_(self, "num_register_tokens", check_positive_int("num_register_tokens", self.num_register_tokens,
+                                                             allow_zero=True))
         for field in ("representation_size", "map_num_heads", "map_mlp_dim"):
             set_(self, field, check_positive_int(field, getattr(self, field), allow_none=True))
         set_(self, "dropout_rate", _check_rate("dropout_rate", self.dropout_rate))
@@ -490,7 +574,12 @@ class ViTConfig:
                 f"from {divisors} or change hidden_size."
             )
         self._check_grid()
-        self._check_patch()
+        # The parts' own configs, made (and their fields validated) once, here: what the layers take whole.
+        set_(self, "_patch", PatchConfig(**{field.name: getattr(self, field.name)
+                                            for field in dataclasses.fields(PatchConfig)}))
+        set_(self, "_block", BlockConfig(**{field.name: getattr(self, field.name) for field in
+                                            dataclasses.fields(BlockConfig) if field.name != "num_prefix_tokens"},
+                                         num_prefix_tokens=self.num_prefix_tokens))
         self._check_parts()
         self._check_radio_parts()
         if self.global_pool not in POOLS:
@@ -509,6 +598,7 @@ class ViTConfig:
                              "class_token=True.")
         if self.distilled and self.global_pool != "token":
             raise ValueError("`distilled=True` reads the class and distillation tokens; use global_pool='token'.")
+        set_(self, "_pooling_head", self._make_pooling_head())
 
     def _check_grid(self):
         """The grid the position table is stored at (`pos_grid`: kept for a model of any size and for a table that
@@ -525,25 +615,10 @@ class ViTConfig:
             set_(self, "pos_grid", check_hw("pos_grid", grid))
         else:
             set_(self, "pos_grid", None)  # a fixed-size model stores its position embeddings at its own grid
-        for dim, size in zip(("height", "width"), self.image_size):
-            if size % stride:
-                what = (f"patch_size {self.patch_size}" if self.resnet is None else
-                        f"the hybrid's total stride {stride} (ResNet stem stride x patch_size)")
-                lower, upper = (size // stride) * stride, (size // stride + 1) * stride
-                raise ValueError(
-                    f"Image {dim} {size} is not divisible by {what}; use {lower or upper} or {upper} instead."
-                )
-
-    def _check_patch(self):
-        """The patch embedding's fields, validated (and normalised) where its config is made: `PatchConfig`."""
-        patch = self.patch
-        for field in dataclasses.fields(PatchConfig):
-            if field.name != "grid_size":
-                object.__setattr__(self, field.name, getattr(patch, field.name))
+        check_image_sides(self.image_size, self.patch_size, self.resnet)
 
     def _check_parts(self):
         set_ = object.__setattr__
-        self.block  # noqa: B018 (the block's fields are validated where its config is made)
         if self.rope_grid_indexing not in ROPE_GRID_INDEXING:
             raise ValueError(
                 f"`rope_grid_indexing` must be one of {ROPE_GRID_INDEXING}, got {self.rope_grid_indexing!r}.")
@@ -590,34 +665,36 @@ class ViTConfig:
 
     @property
     def block(self) -> BlockConfig:
-        """What each encoder block reads (`vit_keras.layers.TransformerBlock` takes it whole).
+        """What each encoder block reads (`vit_keras.layers.TransformerBlock` takes it whole), made with the config.
 
         Example:
             >>> VARIANTS["B/16"].block.num_heads, VARIANTS["B/16"].block.num_prefix_tokens
             (12, 1)
         """
-        return BlockConfig(**{field.name: getattr(self, field.name) for field in dataclasses.fields(BlockConfig)
-                              if field.name != "num_prefix_tokens"}, num_prefix_tokens=self.num_prefix_tokens)
+        return self._block
 
     @property
     def patch(self) -> PatchConfig:
-        """What the patch embedding reads (`vit_keras.layers.PatchEncoder` takes it whole).
+        """What the patch embedding reads (`vit_keras.layers.PatchEncoder` takes it whole), made with the config.
 
         Example:
             >>> VARIANTS["B/16"].patch.grid_size, VARIANTS["B/16"].patch.num_embedded_prefix_tokens
             ((14, 14), 1)
         """
-        return PatchConfig(**{field.name: getattr(self, field.name) for field in dataclasses.fields(PatchConfig)})
+        return self._patch
 
     @property
     def pooling_head(self) -> PoolingHeadConfig | None:
         """What the attention-pooling head of `global_pool="map"` reads (`MAPHead` / `AttentionPoolingHead` take it
-        whole); None for other poolings.
+        whole), made with the config; None for other poolings.
 
         Example:
             >>> ViTConfig(image_size=224, patch_size=16, global_pool="map", class_token=False).pooling_head.mlp_dim
             3072
         """
+        return self._pooling_head
+
+    def _make_pooling_head(self) -> PoolingHeadConfig | None:
         if self.global_pool != "map":
             return None
         if self.map_head == "aimv2":
@@ -647,9 +724,7 @@ class ViTConfig:
     @property
     def feature_stride(self) -> int:
         """How many image pixels one position of the patchified feature map spans (before the patch size)."""
-        if self.resnet is None:
-            return 1
-        return 4 * 2 ** max(len(self.resnet.num_layers) - 1, 0)
+        return resnet_stride(self.resnet)
 
     @property
     def dynamic(self) -> bool:
@@ -773,6 +848,50 @@ def config_fields() -> tuple[str, ...]:
     """
     return tuple(f.name for f in dataclasses.fields(ViTConfig) if f.name != "name")
 
+
+# Each field's default: what a partial config (a dict of some fields) leaves to the dataclass.
+FIELD_DEFAULTS = {field.name: field.default for field in dataclasses.fields(ViTConfig)}
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredTable:
+    """What a partial config says of its position-embedding table before the config is made (`stored_table`).
+
+    `any_grid`: nothing is stored at a patch grid (`position_embedding="none"`: RoPE only, e.g. DINOv3), so the
+    model runs at any grid its patches divide without resampling anything; `architectural`: the table is part of
+    the architecture (`ARCHITECTURAL_POS_INTERPOLATIONS`), kept at its own grid; `grid`: the grid the table is
+    stored at for the fields' `image_size` (None without one); `num_embedded_prefix_tokens`: its prefix rows.
+    """
+
+    any_grid: bool
+    architectural: bool
+    grid: tuple[int, int] | None
+    num_embedded_prefix_tokens: int
+
+
+def stored_table(fields: Mapping) -> StoredTable:
+    """The position table of a partial config (a dict of `ViTConfig` fields; a missing field has its default).
+
+    Example:
+        >>> stored_table({"patch_size": 8, "image_size": (32, 48)})
+        StoredTable(any_grid=False, architectural=False, grid=(4, 6), num_embedded_prefix_tokens=1)
+        >>> stored_table({"position_embedding": "none", "rope": "rotate_half", "image_size": None}).any_grid
+        True
+    """
+    known = {**FIELD_DEFAULTS, **fields}
+    architectural = known["pos_interpolation"] in ARCHITECTURAL_POS_INTERPOLATIONS
+    grid = None
+    if architectural and known["pos_grid"] is not None:
+        grid = check_hw("pos_grid", known["pos_grid"])
+    elif known["image_size"] is not None:
+        size = check_hw("image_size", known["image_size"])
+        stride = check_image_sides(size, check_positive_int("patch_size", known["patch_size"]), known["resnet"])
+        grid = (size[0] // stride, size[1] // stride)
+    prefix = prefix_token_count(known["class_token"], known["num_class_tokens"], known["distilled"],
+                                known["num_register_tokens"])
+    return StoredTable(any_grid=known["position_embedding"] == "none", architectural=architectural, grid=grid,
+                       num_embedded_prefix_tokens=embedded_prefix_count(known["position_embedding"],
+                                                                        known["no_embed_class"], prefix))
 
 CLASSIFIER_POOLS = {"token": "token", "gap": "avg", "map": "map"}
 

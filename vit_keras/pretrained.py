@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import os
 
-from vit_keras import weights as weights_lib
 from vit_keras.configs import VARIANTS, check_hw
 from vit_keras.models.factory import build_from_checkpoint
-from vit_keras.weights import hub, registry
+from vit_keras.weights import hub, loading, registry
 from vit_keras.weights.resample import check_interpolation
 
+# What a paper variant's row states of a registered checkpoint: its shape (its dropout is for training; the model is
+# built for inference).
+VARIANT_SHAPE = ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers", "resnet")
 
-def _registered_config(source: str):
-    """The variant of a registered `"B/16:imagenet21k"`-style name, else None."""
-    if isinstance(source, str) and ":" in source and source in registry.REGISTRY:
-        return VARIANTS.get(registry.REGISTRY[source].variant)
-    return None
+
+def _registered_shape(source) -> dict:
+    """The shape of a registered `"B/16:imagenet21k"`-style name's variant, as a partial config; {} for any other
+    source (whose checkpoint states its architecture)."""
+    entry = registry.REGISTRY.get(source) if isinstance(source, str) and ":" in source else None
+    variant = None if entry is None else VARIANTS.get(entry.variant)
+    return {} if variant is None else {field: getattr(variant, field) for field in VARIANT_SHAPE}
 
 
 def from_pretrained(
@@ -30,7 +34,7 @@ def from_pretrained(
     *,
     image_size=None,
     interpolation=None,
-    include_top=True,
+    include_top=None,
     pooling=None,
     classes=None,
     classifier_activation="softmax",
@@ -39,7 +43,7 @@ def from_pretrained(
     name=None,
     sha256=None,
     cache_dir=None,
-    any_image_size=False,
+    any_image_size=None,
     head_tokens_only=False,
     revision=None,
     token=None,
@@ -57,7 +61,10 @@ def from_pretrained(
 
     Overrides: `image_size` (int or (h, w); the position embeddings are resampled: `interpolation=None` uses the
     source library's own — timm: antialiased bicubic as `resample_abs_pos_embed`, transformers: bicubic as
-    `interpolate_pos_encoding`, Google: vit_jax's linear), `include_top`, `pooling` (with include_top=False:
+    `interpolate_pos_encoding`, Google: vit_jax's linear), `include_top` (None: the checkpoint's classifier where
+    it has one; a checkpoint without one, e.g. a transformers `Dinov2Model`, loads as its backbone, as timm and
+    transformers load it, and `include_top=True` on it is refused unless `classes` asks for a fresh head), `pooling`
+    (with include_top=False:
     None for the tokens, `"token"`, `"avg"`, `"max"`, `"map"` — the checkpoint's attention-pooling head),
     `classes` (another number gives a fresh zero head), `classifier_activation`, `include_preprocessing` (True:
     the model takes RGB in [0, 255] and applies the checkpoint's own normalisation — timm `pretrained_cfg`
@@ -66,6 +73,10 @@ def from_pretrained(
     position embeddings stay at the checkpoint's grid and are resampled at each call with the same interpolation
     (`image_size` then only says the grid they are stored at). `head_tokens_only=True`: the last block runs for
     the class (and distillation) token only, the same outputs for less work (see `vit_keras.ViT`).
+    A model without a table of absolute positions (RoPE only, e.g. DINOv3) takes any image size whose sides the
+    patch size divides, as transformers runs it, without `any_image_size=True` (`image_size`, or
+    `any_image_size=False` for the checkpoint's own size, fixes one); the families that do are in the example
+    below, listed from the readers' rows.
     NaFlex checkpoints (transformers `Siglip2VisionModel`, timm `naflexvit_*`) have no fixed size: without
     `image_size` they give a model of any image size. `flexible=True`: a native-aspect-ratio model whose input is a
     dict of `patches`, `grid` and `mask` (a batch of images of different sizes, see `vit_keras.ViT`), the position
@@ -79,6 +90,13 @@ def from_pretrained(
         (None, 7)
         >>> from_pretrained(timm_dir, any_image_size=True).input_shape
         (None, None, None, 3)
+        >>> from_pretrained("tests/fixtures/family2/timm_dinov3/checkpoint").input_shape  # RoPE only: any size
+        (None, None, None, 3)
+        >>> from vit_keras.models.factory import any_grid_families
+        >>> any_grid_families()  # the families whose checkpoints take any image size by default
+        ['transformers dinov3_vit', 'timm DINOv3', 'timm RoPE-ViT', 'timm timm SBB RoPE ViT']
+        >>> from_pretrained("tests/fixtures/family/hf_dinov2/checkpoint").output_shape  # no head: the backbone
+        (None, 5, 48)
 
         A registered name such as `from_pretrained("B/16:imagenet21k+imagenet2012")` or a hub id
         (`"hf-hub:timm/vit_small_patch16_224.augreg_in21k"`) is downloaded on first use, then read from the cache.
@@ -87,9 +105,8 @@ def from_pretrained(
     if interpolation is not None:
         check_interpolation(interpolation)
     source = hub.resolve(source, revision=revision, token=token, cache_dir=cache_dir, sha256=sha256)
-    variant = _registered_config(os.fspath(source) if isinstance(source, os.PathLike) else source)
-    info = weights_lib.describe(source, architecture=None if variant is None else variant.to_dict(),
-                                sha256=sha256, cache_dir=cache_dir)
+    partial = _registered_shape(os.fspath(source) if isinstance(source, os.PathLike) else source)
+    info = loading.describe(source, architecture=partial or None, sha256=sha256, cache_dir=cache_dir)
     if info is None:
         raise ValueError("`source` is None; pass a checkpoint directory, file, URL or registered name.")
     if info.format == "keras":
@@ -99,16 +116,13 @@ def from_pretrained(
     if info.format == "timm" and not info.architecture:
         raise ValueError(f"{info.path!r} is a bare timm state dict, which does not say its number of heads; pass "
                          "the directory timm's save_for_hf writes (config.json + model.safetensors).")
-    # A registered name's variant row states the shape; the model is built for inference (no dropout).
-    overrides = {} if variant is None else {k: v for k, v in variant.model_kwargs().items()
-                                            if k not in ("dropout_rate", "attention_dropout_rate")}
     if image_size is not None:
-        overrides["image_size"] = check_hw("image_size", image_size)
+        partial["image_size"] = check_hw("image_size", image_size)
     if flexible and image_size is not None:
         raise ValueError("A flexible (NaFlex) model takes images of any size as patches; drop `image_size`.")
     return build_from_checkpoint(
-        info, overrides, interpolation=interpolation, include_top=include_top, pooling=pooling, classes=classes,
+        info, partial, interpolation=interpolation, include_top=include_top, pooling=pooling, classes=classes,
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
         input_tensor=input_tensor, name=name, head_tokens_only=head_tokens_only, flexible=flexible,
-        any_image_size=any_image_size or (info.native_aspect and image_size is None),
+        any_image_size=True if info.native_aspect and image_size is None else any_image_size,
     )

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import keras
 import numpy as np
 from keras import ops
 
-from vit_keras.configs import PatchConfig
+from vit_keras.configs import PatchConfig, whole_or_keywords
 from vit_keras.layers.checkpoint import CheckpointVariable, checkpoint_variables, nested, plain
 from vit_keras.layers.dtypes import SublayerPolicies
 from vit_keras.layers.interpolation import resample_grid
@@ -115,18 +113,12 @@ class PatchEncoder(SublayerPolicies, keras.layers.Layer):
 
     def __init__(self, hidden_size: int | None = None, grid_size=None, *, patch: PatchConfig | None = None,
                  architecture: dict | None = None, **kwargs):
-        fields = {name: kwargs.pop(name) for name in list(kwargs) if name in PATCH_ARGUMENTS}
-        if hidden_size is not None:
-            fields["hidden_size"] = hidden_size
-        if grid_size is not None:
-            fields["grid_size"] = grid_size
+        # Whole (`patch=config.patch`, as `build_vit` passes it) or as keywords (the layer on its own, and the flat
+        # configs of `.keras` files saved before).
+        patch = whole_or_keywords(PatchConfig, patch, kwargs, argument="patch", names=PATCH_ARGUMENTS,
+                                  hidden_size=hidden_size, grid_size=grid_size)
         super().__init__(**kwargs)
-        if isinstance(patch, Mapping):  # a config saved by `get_config`
-            patch = PatchConfig(**patch)
-        if patch is not None and fields:
-            raise TypeError(f"Pass the patch embedding's fields either as `patch=` or as keywords, not both (got "
-                            f"{sorted(fields)} beside patch=).")
-        self.patch = patch if patch is not None else PatchConfig.from_arguments(fields)
+        self.patch = patch
         # Read from files saved by 0.1.0, which kept the whole model's config here.
         self.architecture = None if architecture is None else dict(architecture)
         self.num_patches = self.grid_size[0] * self.grid_size[1]

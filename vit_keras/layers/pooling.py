@@ -3,13 +3,11 @@ pooling with a learned probe (MAP)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import keras
 import numpy as np
 from keras import ops
 
-from vit_keras.configs import PoolingHeadConfig
+from vit_keras.configs import PoolingHeadConfig, whole_or_keywords
 from vit_keras.layers.checkpoint import nested, plain
 from vit_keras.layers.dtypes import SublayerPolicies
 from vit_keras.layers.transformer import MlpBlock, attention_checkpoint_variables
@@ -96,9 +94,10 @@ class MAPHead(SublayerPolicies, keras.layers.Layer):
 
     def __init__(self, num_heads: int | None = None, mlp_dim: int | None = None, *,
                  head: PoolingHeadConfig | None = None, **kwargs):
-        fields = _head_fields(kwargs, ("layer_norm_epsilon", "activation"), num_heads=num_heads, mlp_dim=mlp_dim)
+        head = _head_config(head, kwargs, "big_vision", ("num_heads", "mlp_dim", "layer_norm_epsilon", "activation"),
+                            num_heads=num_heads, mlp_dim=mlp_dim)
         super().__init__(**kwargs)
-        self.head = _head_config(head, fields, "big_vision")
+        self.head = head
         self.norm = keras.layers.LayerNormalization(epsilon=self.head.layer_norm_epsilon, dtype=self.dtype_policy,
                                                     name="LayerNorm_0")
         self.mlp = MlpBlock(self.head.mlp_dim, activation=self.head.activation, dtype=self.dtype_policy,
@@ -160,9 +159,9 @@ class AttentionPoolingHead(SublayerPolicies, keras.layers.Layer):
     """
 
     def __init__(self, num_heads: int | None = None, *, head: PoolingHeadConfig | None = None, **kwargs):
-        fields = _head_fields(kwargs, ("qkv_bias",), num_heads=num_heads)
+        head = _head_config(head, kwargs, "aimv2", ("num_heads", "qkv_bias"), num_heads=num_heads)
         super().__init__(**kwargs)
-        self.head = _head_config(head, fields, "aimv2")
+        self.head = head
 
     @property
     def num_heads(self) -> int:
@@ -219,20 +218,11 @@ class AttentionPoolingHead(SublayerPolicies, keras.layers.Layer):
         return {**super().get_config(), "num_heads": self.head.num_heads, "qkv_bias": self.head.qkv_bias}
 
 
-def _head_fields(kwargs: dict, names, **given) -> dict:
-    """A head's fields passed as keywords (taken out of `kwargs`, which keeps the Layer's own arguments)."""
-    fields = {name: kwargs.pop(name) for name in names if name in kwargs}
-    return {**fields, **{name: value for name, value in given.items() if value is not None}}
-
-
-def _head_config(head, fields: dict, kind: str) -> PoolingHeadConfig:
-    """The head's `PoolingHeadConfig`: given whole (`head=config.pooling_head`, as `build_vit` passes it), or made
-    once from keywords (the layer on its own, and the layer configs of `.keras` files)."""
-    if isinstance(head, Mapping):
-        head = PoolingHeadConfig(**head)
-    if head is not None and fields:
-        raise TypeError(f"Pass the head's fields either as `head=` or as keywords, not both (got {sorted(fields)}).")
-    head = head if head is not None else PoolingHeadConfig.from_arguments(fields, kind)
+def _head_config(head, kwargs: dict, kind: str, names, **given) -> PoolingHeadConfig:
+    """The head's `PoolingHeadConfig`, whole (`head=config.pooling_head`, as `build_vit` passes it) or from the
+    keywords `names` (the layer on its own, and the layer configs of `.keras` files): `whole_or_keywords`."""
+    head = whole_or_keywords(PoolingHeadConfig, head, kwargs, argument="head", names=names,
+                             make=lambda fields: PoolingHeadConfig.from_arguments(fields, kind), **given)
     if head.kind != kind:
         raise ValueError(f"This layer is the {kind!r} attention-pooling head; got a config of kind {head.kind!r}.")
     return head

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 import keras
 from keras import ops
 
-from vit_keras.configs import MLPS, BlockConfig, translate_aliases
+from vit_keras.configs import MLPS, BlockConfig, translate_aliases, whole_or_keywords
 from vit_keras.layers import attention_path as attention_paths
 from vit_keras.layers.checkpoint import nested, plain
 from vit_keras.layers.dtypes import SublayerPolicies
@@ -367,20 +366,10 @@ class TransformerBlock(Float32Rope, SublayerPolicies, keras.layers.Layer):
     def __init__(self, num_heads: int | None = None, mlp_dim: int | None = None, *, block: BlockConfig | None = None,
                  query_tokens: int | None = None, **kwargs):
         # The block's fields come whole (`block=config.block`, as `build_vit` passes them) or as keywords (the layer
-        # on its own, and the configs of `.keras` files saved by 0.1.0, older names included): one `BlockConfig`
-        # either way, which validates them.
-        fields = {name: kwargs.pop(name) for name in list(kwargs) if name in BLOCK_ARGUMENTS}
-        if num_heads is not None:
-            fields["num_heads"] = num_heads
-        if mlp_dim is not None:
-            fields["mlp_dim"] = mlp_dim
+        # on its own, and the configs of `.keras` files saved by 0.1.0, older names included).
+        block = whole_or_keywords(BlockConfig, block, kwargs, argument="block", names=BLOCK_ARGUMENTS,
+                                  num_heads=num_heads, mlp_dim=mlp_dim)
         super().__init__(**kwargs)
-        if isinstance(block, Mapping):
-            block = BlockConfig(**block)
-        if block is not None and fields:
-            raise TypeError(f"Pass the block's fields either as `block=` or as keywords, not both (got "
-                            f"{sorted(fields)} beside block=).")
-        block = block if block is not None else BlockConfig.from_arguments(fields)
         self._keep_rope_float32()
         if query_tokens is not None and int(query_tokens) < 1:
             raise ValueError(f"`query_tokens` must be a positive number of tokens or None, got {query_tokens!r}.")

@@ -52,11 +52,10 @@ from vit_keras import weights as weights_lib
 from vit_keras.configs import (
     VARIANTS,
     check_positive_int,
-    config_fields,
 )
 from vit_keras.layers.dtypes import check_model_dtype
 from vit_keras.models.build import check_head_options
-from vit_keras.models.factory import OPEN_FIELDS, build_from_checkpoint, resolve_config
+from vit_keras.models.factory import build_from_checkpoint, check_channels
 from vit_keras.models.inputs import DEFAULT_SIZE, check_architecture_arguments, resolve_image_arguments
 
 
@@ -122,24 +121,27 @@ def ViT(
     any_size = height is None or width is None
     dtype = check_model_dtype(dtype)
     _check_quantized_weights(weights, dtype)
-    # ViT() states the whole architecture (the ViTConfig defaults for what the caller leaves out): without weights
-    # that is the model's config; with weights, only the numerics left open (None) and the representation layer,
-    # unless passed, follow the checkpoint (`resolve_config`, in the factory).
-    overrides = {**architecture, "image_size": None if any_size else (height, width)}
-    stated = resolve_config(None, overrides, interpolation=interpolation)
-    check_head_options(include_top, pooling, classes, classifier_activation, stated)
-    info = weights_lib.describe(weights, architecture=stated.to_dict(), image_size=stated.reference_image_size)
-    if info is not None:
-        overrides = {**{field: getattr(stated, field) for field in config_fields()
-                        if field not in (*OPEN_FIELDS, "representation_size")}, **overrides}
-    return build_from_checkpoint(
-        info, overrides, config=None if info is not None else stated, interpolation=interpolation,
+    # ViT() states the whole architecture (the ViTConfig defaults for what the caller leaves out): with weights, only
+    # the numerics left open (None), the stored grid and the representation layer, unless passed, follow the
+    # checkpoint. The factory resolves this partial config once; the head options that need no architecture are
+    # checked before `describe`, which may download.
+    # A Keras weights file says nothing to resolve against: the model is built as stated, then loads it as saved.
+    partial = {**architecture, "image_size": None if any_size else (height, width)}
+    check_head_options(include_top, pooling, classes, classifier_activation, None)
+    info = weights_lib.loading.describe(weights, architecture=partial, image_size=None if any_size else (height, width))
+    keras_file = info if info is not None and info.format == "keras" else None
+    check_channels(keras_file, channels)
+    model = build_from_checkpoint(
+        None if keras_file else info, partial, architecture_from="defaults", interpolation=interpolation,
         source_grid=source_grid, include_top=include_top, pooling=pooling, classes=classes,
         classifier_activation=classifier_activation, include_preprocessing=include_preprocessing,
         input_tensor=input_tensor, channels=channels, name=name,
         input_size=(height, width) if any_size and not flexible else None,
         dtype=dtype, head_tokens_only=head_tokens_only, headless_representation=False, flexible=flexible,
     )
+    if keras_file is not None:
+        weights_lib.loading.load_into(model, keras_file, source_grid=source_grid)
+    return model
 
 
 def _check_quantized_weights(weights, dtype) -> None:

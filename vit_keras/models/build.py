@@ -25,12 +25,15 @@ from vit_keras.models.inputs import INPUT_NAME
 DEFAULT_LAYER_NORM_EPSILON = ViTConfig.layer_norm_epsilon
 
 
-def check_head_options(include_top, pooling, classes, classifier_activation, config: ViTConfig):
+def check_head_options(include_top, pooling, classes, classifier_activation, config: ViTConfig | None):
+    """Refuse head options that cannot make a model; `config` None leaves the checks that need the architecture
+    (whether it has a class token, an attention-pooling head) to a later call with it."""
     if include_top:
         if pooling is not None:
             raise ValueError(
                 f"`pooling={pooling!r}` applies to include_top=False only (as in keras.applications); with "
-                f"include_top=True the head reads what the architecture pools ({config.global_pool!r}). Drop "
+                f"include_top=True the head reads what the architecture pools"
+                f"{'' if config is None else f' ({config.global_pool!r})'}. Drop "
                 "`pooling`, or pass include_top=False."
             )
         if isinstance(classes, bool) or not isinstance(classes, numbers.Integral) or classes < 1:
@@ -45,6 +48,8 @@ def check_head_options(include_top, pooling, classes, classifier_activation, con
         return
     if pooling is not None and pooling not in POOLINGS:
         raise ValueError(f"`pooling` must be one of {POOLINGS} or None, got {pooling!r}.")
+    if config is None:
+        return
     if pooling == "token" and not config.class_token:
         raise ValueError("pooling='token' needs a class token, but classifier='gap' has none; use pooling='avg'.")
     if pooling == "map" and config.global_pool != "map":
@@ -216,12 +221,12 @@ def build_vit(
                                       normalization, dtype)
 
     x = _encoder(config, x, dtype, head_tokens, token_mask, rope)
-    tokens = x
     pooling = config.global_pool if include_top else pooling
+    distilled = None
     if pooling is not None:
-        x = _pooled(config, x, pooling, include_top, dtype, token_mask)
+        x, distilled = _pooled(config, x, pooling, include_top, dtype, token_mask)
     if include_top:
-        x = _head(config, x, tokens, classes, classifier_activation, dtype)
+        x = _head(config, x, distilled, classes, classifier_activation, dtype)
     model = VisionTransformer(inputs, x, name=name or "vit")
     model.vit_config = config
     return model
@@ -250,8 +255,10 @@ def _encoder(config: ViTConfig, x, dtype, head_tokens, token_mask, rope):
 
 
 def _pooled(config: ViTConfig, x, pooling, include_top, dtype, token_mask):
-    """One vector per image: the MAP head, or token / mean / max pooling; then fc_norm and pre_logits."""
+    """One vector per image: the MAP head, or token / mean / max pooling; then fc_norm and pre_logits. With a DeiT
+    head, also its second input: the distillation token (else None)."""
     masked = {} if token_mask is None else {"token_mask": token_mask}
+    tokens = x
     if pooling == "map":
         x = _attention_pooling_head(config, dtype)(x, **masked)
     elif pooling == "token" and config.distilled and not include_top:
@@ -262,23 +269,26 @@ def _pooled(config: ViTConfig, x, pooling, include_top, dtype, token_mask):
         x = TokenPooling(pooling, num_prefix_tokens=config.num_prefix_tokens,
                          num_tokens=config.num_class_tokens if pooling == "token" else 1,
                          dtype=policy_for(dtype, "pool"), name="pool")(x, **masked)
+    distilled = None
+    if include_top and config.distilled:
+        distilled = TokenPooling("token", num_prefix_tokens=config.num_prefix_tokens, token_index=1,
+                                 dtype=policy_for(dtype, "pool_dist"), name="pool_dist")(tokens)
+        if config.fc_norm:
+            raise ValueError("A distilled model with fc_norm is not a published architecture.")
     if config.fc_norm:
         x = _norm(config, dtype, "fc_norm")(x)
     if config.representation_size is not None:
         x = keras.layers.Dense(config.representation_size, activation="tanh",
                                dtype=policy_for(dtype, "pre_logits"), name="pre_logits")(x)
-    return x
+    return x, distilled
 
 
-def _head(config: ViTConfig, x, tokens, classes, classifier_activation, dtype):
-    """The classifier (float32 unless `dtype` names it): DeiT's averages its class- and distillation-token heads."""
+def _head(config: ViTConfig, x, distilled, classes, classifier_activation, dtype):
+    """The classifier (float32 unless `dtype` names it): DeiT's averages its class- and distillation-token heads
+    (`distilled`: the distillation token, else None)."""
     float32 = functools.partial(policy_for, dtype, fallback="float32")
     head = keras.layers.Dense(classes, kernel_initializer="zeros", dtype=float32("head"), name="head")
-    if config.distilled:
-        distilled = TokenPooling("token", num_prefix_tokens=config.num_prefix_tokens, token_index=1,
-                                 dtype=policy_for(dtype, "pool_dist"), name="pool_dist")(tokens)
-        if config.fc_norm:
-            raise ValueError("A distilled model with fc_norm is not a published architecture.")
+    if distilled is not None:
         head_dist = keras.layers.Dense(classes, kernel_initializer="zeros", dtype=float32("head_dist"),
                                        name="head_dist")
         # DeiT at inference: the mean of the class-token and distillation-token heads.
@@ -336,6 +346,7 @@ def _flexible_stem(config: ViTConfig, input_tensor, input_size, channels, includ
         raise ValueError("flexible=True cuts the images into patches outside the model; a hybrid's ResNet stem needs "
                          "whole images. Use a plain ViT, or flexible=False.")
     inputs = flexible_inputs(config.patch_size * config.patch_size * channels)
+    token_mask = TokenMask(config.num_prefix_tokens, name="token_mask")(inputs["mask"])
     patches = inputs["patches"]
     if include_preprocessing:
         # Each patch holds P·P pixels of `channels` values, (row, column, channel) order: the per-channel
@@ -348,5 +359,4 @@ def _flexible_stem(config: ViTConfig, input_tensor, input_size, channels, includ
         repeat = config.patch_size * config.patch_size
         patches = _input_conditioner((tuple(mean) * repeat, tuple(std) * repeat), len(mean) * repeat, dtype)(patches)
     x = FlexiblePatchEncoder(**_encoder_arguments(config, dtype))([patches, inputs["grid"], inputs["mask"]])
-    token_mask = TokenMask(config.num_prefix_tokens, name="token_mask")(inputs["mask"])
     return inputs, x, token_mask, _rope_tables(config, inputs["mask"], inputs["grid"])

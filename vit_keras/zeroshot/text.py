@@ -84,7 +84,8 @@ def attention_mask(length, causal: bool, padding_mask=None):
 @keras.saving.register_keras_serializable(package="vit_keras.zeroshot")
 class TextBlock(TransformerBlock):
     """The vision side's pre-LN `TransformerBlock` (same parts and checkpoint names) with a text mask: `causal`
-    (CLIP) and/or the padding mask it is called with (when `use_attention_mask`).
+    (CLIP) and/or the padding mask it is called with (when `use_attention_mask`). It takes its `BlockConfig` as the
+    vision block does: whole (`block=TextConfig.block`, as `text_model` passes it) or as keywords.
 
     Example:
         >>> block = TextBlock(num_heads=2, mlp_dim=16, causal=True, activation="quick_gelu")
@@ -169,9 +170,8 @@ def text_model(config: TextConfig, name: str = "text_model") -> keras.Model:
     mask = keras.Input((None,), dtype="int32", name=ATTENTION_MASK)
     x = TextEmbedding(config.vocab_size, config.context_length, config.hidden_size, name="text_embedding")(ids)
     for index in range(config.num_layers):
-        x = TextBlock(num_heads=config.num_heads, mlp_dim=config.mlp_dim, activation=config.activation,
-                      layer_norm_epsilon=config.layer_norm_epsilon, causal=config.causal,
-                      use_attention_mask=config.use_attention_mask, name=block_name(index))(x, mask)
+        x = TextBlock(block=config.block, causal=config.causal, use_attention_mask=config.use_attention_mask,
+                      name=block_name(index))(x, mask)
     x = keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="final_layer_norm")(x)
     x = TextPooling(config.pooling, config.eos_token_id, name="text_pooling")(x, ids)
     if config.projection_dim is not None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from vit_keras.configs import BlockConfig
+
 # Where the text tower reads its sentence embedding: the first end-of-text token (CLIP), the largest token id
 # (CLIP checkpoints whose config says eos_token_id 2, transformers' legacy rule: `<|endoftext|>` has the largest id),
 # the last position (SigLIP, SigLIP 2: the tokenizer pads to the context length).
@@ -67,6 +69,21 @@ class TextConfig:
             raise ValueError(f"TextConfig: `pooling` must be one of {POOLINGS}, got {self.pooling!r}.")
         if self.pooling == "first_eos" and self.eos_token_id is None:
             raise ValueError("TextConfig: pooling 'first_eos' needs `eos_token_id` (the end-of-text token's id).")
+        # What each text block reads (the vision side's block, which `TextBlock` takes whole), made once.
+        object.__setattr__(self, "_block", BlockConfig(num_heads=self.num_heads, mlp_dim=self.mlp_dim,
+                                                       activation=self.activation,
+                                                       layer_norm_epsilon=self.layer_norm_epsilon))
+
+    @property
+    def block(self) -> BlockConfig:
+        """The fields each text block reads, as the vision side's `TransformerBlock` takes them.
+
+        Example:
+            >>> TextConfig(vocab_size=10, context_length=4, hidden_size=8, num_layers=1, num_heads=2,
+            ...            mlp_dim=16, activation="quick_gelu").block.activation
+            'quick_gelu'
+        """
+        return self._block
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
