@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from vit_keras.configs import DEFAULT_IMAGE_SIZE, ViTConfig, config_fields, stored_table
 from vit_keras.models.build import build_vit, check_normalization
-from vit_keras.weights import hf_families, loading, timm_eva
+from vit_keras.weights import hf_family_rows, loading, timm_eva
 from vit_keras.weights.infer import infer_config_fields
 
 OPEN_FIELDS = ("activation", "layer_norm_epsilon", "pos_grid", "pos_interpolation")
@@ -106,7 +106,7 @@ def any_grid_families() -> list[str]:
         >>> "transformers dinov3_vit" in any_grid_families(), "transformers dinov2" in any_grid_families()
         (True, False)
     """
-    rows = [f"transformers {model_type}" for model_type, family in hf_families.FAMILIES.items()
+    rows = [f"transformers {model_type}" for model_type, family in hf_family_rows.FAMILIES.items()
             if family.fixed.get("position_embedding") == "none"]
     return rows + [f"timm {family.name}" for family in timm_eva.FAMILIES
                    if not {**timm_eva.EVA_DEFAULTS, **family.args}["use_abs_pos_emb"]]
