@@ -14,6 +14,7 @@ B/16 at 224 px.
 import argparse
 
 from vit_keras import zeroshot
+from vit_keras.files import refuse_existing
 from vit_keras.zeroshot import export
 
 DEFAULT_MODEL = "hf-hub:google/siglip2-base-patch16-224"
@@ -32,11 +33,18 @@ def main(argv=None):
     parser.add_argument(
         "--labels", default=None, help="comma-separated class names to store (classify_labels)"
     )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing --export-dir (otherwise refused)"
+    )
     args = parser.parse_args(argv)
 
+    try:  # before the model is read: an existing folder is replaced only on request
+        refuse_existing(args.export_dir, args.overwrite, "--overwrite")
+    except ValueError as error:
+        parser.error(str(error))
     model = zeroshot.from_pretrained(args.model)
     labels = [label.strip() for label in args.labels.split(",")] if args.labels else None
-    path = export.saved_model(model, args.export_dir, class_names=labels, overwrite=True)
+    path = export.saved_model(model, args.export_dir, class_names=labels, overwrite=args.overwrite)
     context = model.context_length
     print(f"wrote {path} ({model.family}, {model.probabilities} scores, context {context} tokens)")
     base = args.export_dir.rstrip("/").rsplit("/", 1)[0]

@@ -1,0 +1,42 @@
+"""The recipes' arguments, checked in this process (`main(argv)` of each script) before any model is read: what a
+recipe refuses, and that it leaves your files alone. tests/test_recipes.py runs them whole, as a user does."""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+RECIPES = pathlib.Path(__file__).resolve().parent.parent / "recipes"
+
+
+def recipe(name: str):
+    """The module of recipes/NAME.py (its `main(argv)`), loaded without running it."""
+    spec = importlib.util.spec_from_file_location(f"recipe_{name}", RECIPES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _users_folder(path: pathlib.Path) -> pathlib.Path:
+    (path / "data").mkdir(parents=True)
+    (path / "thesis.txt").write_text("mine")
+    return path
+
+
+def _intact(path: pathlib.Path) -> bool:
+    return (path / "thesis.txt").read_text() == "mine" and (path / "data").is_dir()
+
+
+@pytest.mark.parametrize("script, argv, existing", [
+    ("zeroshot_export", ["--export-dir", "{dir}"], "{dir}"),
+    ("serve_export", ["--export-dir", "{dir}", "--version", "2"], "{dir}/2"),
+])
+def test_an_export_recipe_refuses_an_existing_folder_and_leaves_it_intact(tmp_path, capsys, script, argv, existing):
+    folder = _users_folder(pathlib.Path(existing.format(dir=tmp_path / "mydir")))
+    # --model names nothing that exists: the refusal comes before any model is read.
+    argv = [arg.format(dir=tmp_path / "mydir") for arg in argv] + ["--model", str(tmp_path / "no-model")]
+    with pytest.raises(SystemExit) as exit_info:
+        recipe(script).main(argv)
+    assert exit_info.value.code == 2
+    assert "already exists; pass --overwrite" in capsys.readouterr().err
+    assert _intact(folder)
