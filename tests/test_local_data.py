@@ -487,3 +487,20 @@ def test_a_multi_label_csv_trains_with_sigmoid_outputs_and_reports_mean_average_
     assert set(probabilities) == {"blue", "cold", "green", "red", "warm"}
     # One sigmoid per class: the two right tags are both likely (a softmax could not give both over 0.5).
     assert probabilities["red"] > 0.5 and probabilities["warm"] > 0.5
+
+
+def test_a_split_lacking_a_class_is_scored_by_the_models_class_names(tmp_path):
+    import keras
+
+    from vit_keras.training import evaluate
+
+    # A model that reads the colour straight from the mean pixel: R -> "red", G -> "green", B -> "blue".
+    model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(3, use_bias=False)])
+    model.layers[-1].set_weights([np.array([[0, 0, 1], [0, 1, 0], [1, 0, 0]], np.float32)])
+    local_data.attach_labels(model, {"class_names": ["blue", "green", "red"], "multi_label": False})
+    test = local_data.load(_folder(tmp_path / "test", per_class=2))  # red and blue only: red is its class 1
+    assert test.class_names == ("blue", "red")
+    assert evaluate(model, test)["top1"] == 1.0
+    with pytest.raises(ValueError, match=r"has the class\(es\) \['red'\], which are not among the model's 2"):
+        local_data.relabel(test, ("blue", "green"), "test data")

@@ -394,6 +394,40 @@ def load(source, split: str = "train", *, class_names=None, seed: int = SPLIT_SE
     return Split(dataset, len(names), len(chosen), f"{name}[{split}]", class_names=names, multi_label=multi_label)
 
 
+def relabel(split, class_names, role: str = "data"):
+    """`split` (a `data.Split`) with its labels as indices into `class_names`, the classes a model was trained on,
+    when the split numbers its own classes (a validation or test folder lacking a class numbers the others
+    differently: scored by its own order, the wrong classes would be compared). Returned unchanged when either has
+    no class names or they agree; a class outside `class_names` is a `ValueError` naming it (`role` says which
+    data, e.g. "validation data").
+
+    Example:
+        >>> write_colour_squares("val", colours=("red",))
+        >>> relabel(load("val"), ("blue", "red")).class_names
+        ('blue', 'red')
+    """
+    import dataclasses
+
+    own = getattr(split, "class_names", None)
+    if own is None or class_names is None or tuple(own) == tuple(class_names):
+        return split
+    import tensorflow as tf
+
+    names = tuple(str(name) for name in class_names)
+    unknown = [name for name in own if name not in names]
+    if unknown:
+        raise ValueError(f"The {role} {split.name} has the class(es) {unknown}, which are not among the model's "
+                         f"{len(names)} classes {list(names)[:20]}; fix its labels, or train on data that has them.")
+    position = np.asarray([names.index(name) for name in own], np.int64)
+    if split.multi_label:  # multi-hot over its own classes -> over `names`
+        moves = np.zeros((len(own), len(names)), np.float32)
+        moves[np.arange(len(own)), position] = 1.0
+        dataset = split.dataset.map(lambda image, label: (image, tf.linalg.matvec(moves, label, transpose_a=True)))
+    else:
+        dataset = split.dataset.map(lambda image, label: (image, tf.gather(position, label)))
+    return dataclasses.replace(split, dataset=dataset, num_classes=len(names), class_names=names)
+
+
 def label_metadata(split) -> dict | None:
     """What a trained model keeps of `split`'s classes (`{"class_names": [...], "multi_label": ...}`), or None for
     data without class names (a tfds dataset).

@@ -123,8 +123,8 @@ def _outputs_probabilities(model) -> bool:
 
 
 def _as_split(source, split, data_dir, num_classes, class_names=None):
-    if isinstance(source, data.Split):
-        return source
+    if isinstance(source, data.Split):  # validation data numbered by its own classes: by the training's instead
+        return local_data.relabel(source, class_names, "validation data")
     return data.load(source, split, data_dir=data_dir, num_classes=num_classes, class_names=class_names)
 
 
