@@ -261,8 +261,7 @@ class StepBackup(StepEndCallback):
         gfile = _gfile()
         if not gfile.exists(self.state_path):
             return 0
-        with gfile.GFile(self.state_path) as handle:
-            state = json.load(handle)
+        state = self._read_state()
         if model.optimizer is not None and not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
         model.load_weights(os.path.join(self.backup_dir, state["weights"]))
@@ -273,6 +272,25 @@ class StepBackup(StepEndCallback):
             else:  # a Keras ModelCheckpoint
                 self.best_checkpoint.best = float(state["best"])
         return self.step
+
+    def _read_state(self) -> dict:
+        """The backup's state file, or a `ValueError` that names it and what to do when it is not what `save`
+        writes (a disk filled mid-write on a file system without atomic renames, an edit by hand)."""
+        with _gfile().GFile(self.state_path) as handle:
+            text = handle.read()
+        try:
+            state = json.loads(text)
+            valid = isinstance(state, dict) and isinstance(state.get("weights"), str) and \
+                isinstance(state.get("step"), int) and not isinstance(state.get("step"), bool)
+        except json.JSONDecodeError as error:
+            valid, reason = False, f"it is not JSON ({error.msg} at line {error.lineno} column {error.colno})"
+        else:
+            reason = "it lacks the step and weights file a backup records"
+        if not valid:
+            raise ValueError(f"The resume backup's state file {self.state_path} is corrupt: {reason}. Delete the "
+                             f"folder {self.backup_dir} to start the run again from its beginning (the checkpoints "
+                             "in checkpoints/ are kept), or write the run to another output directory.")
+        return state
 
     def save(self):
         """Weights go to a file named by their step; only then does the state file, renamed into place in one
