@@ -40,3 +40,33 @@ def test_an_export_recipe_refuses_an_existing_folder_and_leaves_it_intact(tmp_pa
     assert exit_info.value.code == 2
     assert "already exists; pass --overwrite" in capsys.readouterr().err
     assert _intact(folder)
+
+
+def test_finetune_folder_refuses_a_learning_rate_of_zero(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        recipe("finetune_folder").main([str(tmp_path), "--learning-rate", "0"])
+    assert exit_info.value.code == 2
+    assert "argument --learning-rate: must be a number > 0, got '0'" in capsys.readouterr().err
+
+
+def test_the_command_line_twin_of_finetune_folder_trains_the_same_recipe():
+    """docs/recipes/finetune-folder.md's `vit-keras train` command: the recipe's model, learning rate, warmup and
+    validation schedule (5 evaluations), not the CLI's own defaults."""
+    import argparse
+    import shlex
+
+    from vit_keras.cli import build_parser
+    from vit_keras.cli.train import config_from_args
+
+    page = (RECIPES.parent / "docs" / "recipes" / "finetune-folder.md").read_text(encoding="utf-8")
+    command = page[page.index("vit-keras train "):]
+    command = command[:command.index("\nvit-keras ")].replace("\\\n", " ").split("#")[0]
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    module = recipe("finetune_folder")
+    assert args.model == module.DEFAULT_MODEL and args.lora is None
+    cli = config_from_args(args)
+    own = module.config_for(argparse.Namespace(steps=args.steps, batch_size=args.batch_size, learning_rate=None,
+                                               lora=None))
+    fields = ("total_steps", "batch_size", "learning_rate", "warmup_steps", "steps_per_epoch", "schedule",
+              "optimizer")
+    assert {field: getattr(cli, field) for field in fields} == {field: getattr(own, field) for field in fields}
