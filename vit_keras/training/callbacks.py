@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -346,12 +347,34 @@ def _is_remote(path: str) -> bool:
     return "://" in str(path)
 
 
+@contextlib.contextmanager
+def _without_optimizer_if_lora(model):
+    """For the block, `model` as Keras saves an uncompiled model, when it has LoRA adapters (see `save_checkpoint`)."""
+    from vit_keras.training.lora import lora_settings
+
+    compiled = getattr(model, "compiled", False)
+    if not compiled or lora_settings(model) is None:
+        yield
+        return
+    optimizer = model.optimizer
+    model.optimizer, model.compiled = None, False
+    try:
+        yield
+    finally:
+        model.optimizer, model.compiled = optimizer, compiled
+
+
 def save_checkpoint(model, path: str, score: dict | None = None) -> None:
     """Save `model` to the `.keras` file `path` atomically, with `score` stored inside (see `checkpoint_score`).
 
     The model is written to a temporary file beside `path` and renamed into place, so a crash or SIGKILL at any
     moment leaves the previous `path` intact. Remote paths (gs://) are assembled locally and copied up; object
     stores only show an object once its upload completes.
+
+    A model with LoRA adapters is saved uncompiled, without its optimizer: Keras folds the adapters into plain
+    kernels in the file, so the optimizer's state (for the adapters and head only) fits no variable of the model
+    that loads, and every load would warn that it skips it ("Skipping variable loading for optimizer"). Its
+    training resumes from `StepBackup`'s files instead.
 
     Example:
         >>> save_checkpoint(tiny_model, "run/checkpoints/best.keras", {"monitor": "val_accuracy", "value": 0.97})
@@ -363,7 +386,8 @@ def save_checkpoint(model, path: str, score: dict | None = None) -> None:
     from vit_keras.files import atomic_file
 
     def write(target):
-        model.save(target)
+        with _without_optimizer_if_lora(model):
+            model.save(target)
         if score is not None:
             with zipfile.ZipFile(target, "a") as archive:
                 archive.writestr(SCORE_ENTRY, json.dumps(score))
