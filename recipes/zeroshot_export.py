@@ -34,6 +34,13 @@ def main(argv=None):
         "--labels", default=None, help="comma-separated class names to store (classify_labels)"
     )
     parser.add_argument(
+        "--max-patches",
+        type=int,
+        default=None,
+        help="a model of any image size (SigLIP 2 NaFlex): the most patches an image is resized to, "
+        f"at its own aspect ratio (default {export.DEFAULT_MAX_NUM_PATCHES})",
+    )
+    parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing --export-dir (otherwise refused)"
     )
     args = parser.parse_args(argv)
@@ -44,9 +51,14 @@ def main(argv=None):
         parser.error(str(error))
     model = zeroshot.from_pretrained(args.model)
     labels = [label.strip() for label in args.labels.split(",")] if args.labels else None
-    path = export.saved_model(model, args.export_dir, class_names=labels, overwrite=args.overwrite)
+    any_size = model.image_size is None
+    patches = (args.max_patches or export.DEFAULT_MAX_NUM_PATCHES) if any_size else args.max_patches
+    path = export.saved_model(
+        model, args.export_dir, class_names=labels, overwrite=args.overwrite, max_num_patches=patches
+    )
     context = model.context_length
-    print(f"wrote {path} ({model.family}, {model.probabilities} scores, context {context} tokens)")
+    images = f", images of any size up to {patches} patches" if any_size else ""
+    print(f"wrote {path} ({model.family}, {model.probabilities} scores, context {context} tokens{images})")
     base = args.export_dir.rstrip("/").rsplit("/", 1)[0]
     print(
         f'serve it: docker run -p 8501:8501 -v "$PWD/{base}:/models/zeroshot" '

@@ -1,5 +1,6 @@
-"""The recipes' arguments, checked in this process (`main(argv)` of each script) before any model is read: what a
-recipe refuses, and that it leaves your files alone. tests/test_recipes.py runs them whole, as a user does."""
+"""The recipes run in this process (`main(argv)` of each script): what each refuses before any model is read, that
+it leaves your files alone, and what the serving query says of a SavedModel without its signature.
+tests/test_recipes.py runs them as a user does, each in a process of its own."""
 
 import importlib.util
 import pathlib
@@ -70,3 +71,19 @@ def test_the_command_line_twin_of_finetune_folder_trains_the_same_recipe():
     fields = ("total_steps", "batch_size", "learning_rate", "warmup_steps", "steps_per_epoch", "schedule",
               "optimizer")
     assert {field: getattr(cli, field) for field in fields} == {field: getattr(own, field) for field in fields}
+
+
+def test_the_zeroshot_query_names_a_missing_signature(tmp_path, capsys):
+    import tensorflow as tf
+
+    module = tf.Module()
+    module.encode_image = tf.function(lambda images: {"image_features": images},
+                                      input_signature=[tf.TensorSpec((None, 3), tf.float32)])
+    tf.saved_model.save(module, str(tmp_path / "old"), signatures={"encode_image": module.encode_image})
+    (tmp_path / "cat.jpg").write_bytes(b"\xff\xd8\xff")
+    with pytest.raises(SystemExit) as exit_info:
+        recipe("zeroshot_query").main([str(tmp_path / "cat.jpg"), "--labels", "cat,dog", "--saved-model",
+                                       str(tmp_path / "old")])
+    assert "has no classify_image_bytes signature (it has ['encode_image']): export it again" in str(
+        exit_info.value)
+
