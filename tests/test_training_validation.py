@@ -171,8 +171,13 @@ def photos(tmp_path_factory):
     return root
 
 
+# A tiny model and one step: were the run not refused, it would end at once instead of training B/16.
+TINY_RUN = ["--model", "Ti/16", "--patch-size", "4", "--num-layers", "1", "--image-size", "16", "--steps", "1",
+            "--batch-size", "2", "--warmup-steps", "0", "--precision", "float32", "--no-xla"]
+
+
 def test_lora_targets_without_lora_is_refused_not_a_whole_model_run(photos, tmp_path, capsys):
-    assert main(["train", "--dataset", str(photos), "--lora-targets", "attention",
+    assert main(["train", *TINY_RUN, "--dataset", str(photos), "--lora-targets", "attention",
                  "--output-dir", str(tmp_path / "run")]) == 2
     assert "lora_targets='attention' applies to LoRA, and no lora_rank is given" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "run")
@@ -181,7 +186,7 @@ def test_lora_targets_without_lora_is_refused_not_a_whole_model_run(photos, tmp_
 @pytest.mark.parametrize("inside", ["", "runs/a"])
 def test_an_output_dir_inside_the_image_folder_is_refused(photos, inside, capsys):
     output = photos / inside if inside else photos
-    assert main(["train", "--dataset", str(photos), "--output-dir", str(output)]) == 2
+    assert main(["train", *TINY_RUN, "--dataset", str(photos), "--output-dir", str(output)]) == 2
     err = capsys.readouterr().err
     assert "inside the image folder" in err and "would become classes" in err, err
     assert sorted(os.listdir(photos)) == ["blue", "red"]  # nothing written into it
