@@ -89,8 +89,8 @@ def build_pretrained(args, **overrides):
     Example:
         >>> parser = argparse.ArgumentParser(); add_model_arguments(parser)
         >>> timm_dir = "tests/fixtures/family/timm_deit_distilled/checkpoint"
-        >>> build_pretrained(parser.parse_args(["--model", timm_dir, "--classes", "3"])).output_shape
-        (None, 3)
+        >>> build_pretrained(parser.parse_args(["--model", timm_dir, "--image-size", "64"])).output_shape
+        (None, 7)
     """
     import vit_keras
 
