@@ -309,16 +309,18 @@ ONE_SETTING = dict(pooling="avg", l2_values=(1e-3,), learning_rates=(0.1,), epoc
 
 
 @pytest.mark.slow
-def test_a_test_folder_lacking_a_class_is_scored_by_the_train_classes(colour_folders):
+def test_folders_are_probed_a_test_folder_lacking_a_class_by_the_train_classes(colour_folders):
+    """By path: read as your own images (not looked up as tfds names); test/ numbers red 1 by its own order, train/
+    numbers it 2; and a sweep chosen on 2 validation images says so."""
     from vit_keras.training import local_data
 
-    model = _tiny()
-    # As data.Splits with their own class names: test/ numbers red 1, train/ numbers it 2.
-    train, test = (local_data.load(colour_folders / name) for name in ("train", "test"))
-    assert test.class_names == ("blue", "red") and train.class_names == ("blue", "green", "red")
-    result = linear_probe(model, train, test, **ONE_SETTING)
+    assert local_data.read_examples(colour_folders / "test")[1] == ("blue", "red")
+    with pytest.warns(UserWarning, match=r"among 2 settings .* on 2 validation image\(s\) \(10% of 18 train"):
+        result = linear_probe(_tiny(), str(colour_folders / "train"), str(colour_folders / "test"),
+                              test_split="train", **{**ONE_SETTING, "l2_values": (0.0, 1e-3)})
     # Three well-separated colours: every test square right once its label names the right class.
     assert result["top1"] == 1.0 and result["classes"] == 3, result
+    assert result["examples"] == {"train": 18, "validation": 2, "test": 6}
 
 
 def test_probing_a_folder_refuses_a_test_class_the_train_data_lacks_and_testing_on_the_training_images(
@@ -341,20 +343,3 @@ def test_cli_probe_cuts_a_folder_scored_on_itself_and_scores_a_separate_test_fol
     assert probe_sources(build_parser().parse_args(["probe", "--dataset", train, "--test-data", test])) == (
         test, "train", "train")
     assert probe_sources(build_parser().parse_args(["probe", "--dataset", "cifar10"])) == ("cifar10", "train", "test")
-
-
-@pytest.mark.slow
-def test_cli_probes_a_folder_and_says_when_its_validation_is_tiny(colour_folders, tmp_path, capsys):
-    from vit_keras.cli import main
-
-    checkpoint = str(tmp_path / "tiny.keras")
-    _tiny().save(checkpoint)
-    output = tmp_path / "probe.json"
-    # 18 train images: 2 validate, and choosing among 2 settings on them is said with the number.
-    with pytest.warns(UserWarning, match=r"among 2 settings .* on 2 validation image\(s\) \(10% of 18 train"):
-        assert main(["probe", checkpoint, "--dataset", str(colour_folders / "train"), "--test-data",
-                     str(colour_folders / "test"), "--pooling", "avg", "--learning-rate", "0.1", "--epochs", "10",
-                     "--l2", "0", "1e-3", "--output", str(output)]) == 0
-    result = json.loads(output.read_text())
-    assert result["test_data"] == str(colour_folders / "test") and result["test_split"] == "train"
-    assert result["examples"] == {"train": 18, "validation": 2, "test": 6} and result["classes"] == 3
