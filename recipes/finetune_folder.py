@@ -30,6 +30,26 @@ from vit_keras.training import local_data
 DEFAULT_MODEL = "hf-hub:timm/vit_small_patch16_224.augreg_in21k"
 
 
+def positive_number(text: str) -> float:
+    value = float(text)
+    if not value > 0:  # 0 would train nothing; NaN and negatives are no rate either
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def config_for(args):
+    """The training recipe of the flags; `vit-keras train` gets the same with --learning-rate, --warmup-steps and
+    --steps-per-epoch (docs/recipes/finetune-folder.md)."""
+    default_rate = 0.05 if args.lora else 0.01
+    return training.finetune(
+        total_steps=args.steps,
+        batch_size=args.batch_size,
+        learning_rate=default_rate if args.learning_rate is None else args.learning_rate,
+        warmup_steps=max(1, args.steps // 10),
+        steps_per_epoch=max(1, args.steps // 5),  # validated 5 times
+    )
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", help="a folder of class subfolders of images")
@@ -45,7 +65,7 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument(
         "--learning-rate",
-        type=float,
+        type=positive_number,
         default=None,
         help="default: 0.01 full, 0.05 LoRA (SGD with momentum, cosine decay)",
     )
@@ -55,14 +75,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     _, class_names, _ = local_data.read_examples(args.folder)
-    learning_rate = args.learning_rate or (0.05 if args.lora else 0.01)
-    config = training.finetune(
-        total_steps=args.steps,
-        batch_size=args.batch_size,
-        learning_rate=learning_rate,
-        warmup_steps=max(1, args.steps // 10),
-        steps_per_epoch=max(1, args.steps // 5),
-    )
+    config = config_for(args)
 
     def build():  # called inside the distribution strategy's scope
         return vit_keras.from_pretrained(
@@ -78,6 +91,12 @@ def main(argv=None):
         lora_rank=args.lora,
     )
     best = f"{args.output_dir}/checkpoints/best.keras"
+    if result.lora:
+        lora = result.lora
+        print(
+            f"LoRA: rank {lora['rank']} on {lora['targets']}, {lora['trainable_parameters']:,} of "
+            f"{lora['parameters']:,} weights trained (adapters and head)"
+        )
     print(f"classes: {list(class_names)}")
     print(f"held-out top-1: {result.metrics['val_accuracy']:.3f}")
     print(f"best checkpoint: {best} (classes kept: {local_data.read_labels(best)['class_names']})")

@@ -17,10 +17,12 @@ images queried) took 53 s; the default ViT-B/16 was not timed here.
 """
 
 import argparse
+import os
 
 import keras
 
 import vit_keras
+from vit_keras.files import refuse_existing
 from vit_keras.training import local_data
 
 DEFAULT_MODEL = "hf-hub:timm/vit_base_patch16_224.augreg2_in21k_ft_in1k"
@@ -36,7 +38,17 @@ def main(argv=None):
     parser.add_argument("--export-dir", default="models/vit", help="TF Serving's model base path")
     parser.add_argument("--version", type=int, default=1)
     parser.add_argument("--top-k", type=int, default=5)
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing EXPORT_DIR/VERSION (otherwise refused)"
+    )
     args = parser.parse_args(argv)
+
+    try:  # before the model is read: an existing version folder is replaced only on request
+        refuse_existing(
+            os.path.join(args.export_dir, str(args.version)), args.overwrite, "--overwrite (or another --version)"
+        )
+    except ValueError as error:
+        parser.error(str(error))
 
     if args.model.endswith(".keras"):
         model = keras.models.load_model(args.model, safe_mode=True)
@@ -55,6 +67,7 @@ def main(argv=None):
         version=args.version,
         class_names=class_names,
         top_k=min(args.top_k, model.output_shape[-1]),
+        overwrite=args.overwrite,
     )
     print(f"wrote {path}")
     print(

@@ -19,6 +19,7 @@ the default SigLIP 2 B/16 was not timed here.
 import argparse
 
 from vit_keras import zeroshot
+from vit_keras.files import refuse_existing
 from vit_keras.zeroshot import export
 
 DEFAULT_MODEL = "hf-hub:google/siglip2-base-patch16-224"
@@ -37,13 +38,32 @@ def main(argv=None):
     parser.add_argument(
         "--labels", default=None, help="comma-separated class names to store (classify_labels)"
     )
+    parser.add_argument(
+        "--max-patches",
+        type=int,
+        default=None,
+        help="a model of any image size (SigLIP 2 NaFlex): the most patches an image is resized to, "
+        f"at its own aspect ratio (default {export.DEFAULT_MAX_NUM_PATCHES})",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing --export-dir (otherwise refused)"
+    )
     args = parser.parse_args(argv)
 
+    try:  # before the model is read: an existing folder is replaced only on request
+        refuse_existing(args.export_dir, args.overwrite, "--overwrite")
+    except ValueError as error:
+        parser.error(str(error))
     model = zeroshot.from_pretrained(args.model)
     labels = [label.strip() for label in args.labels.split(",")] if args.labels else None
-    path = export.saved_model(model, args.export_dir, class_names=labels, overwrite=True)
+    any_size = model.image_size is None
+    patches = (args.max_patches or export.DEFAULT_MAX_NUM_PATCHES) if any_size else args.max_patches
+    path = export.saved_model(
+        model, args.export_dir, class_names=labels, overwrite=args.overwrite, max_num_patches=patches
+    )
     context = model.context_length
-    print(f"wrote {path} ({model.family}, {model.probabilities} scores, context {context} tokens)")
+    images = f", images of any size up to {patches} patches" if any_size else ""
+    print(f"wrote {path} ({model.family}, {model.probabilities} scores, context {context} tokens{images})")
     base = args.export_dir.rstrip("/").rsplit("/", 1)[0]
     print(
         f'serve it: docker run -p 8501:8501 -v "$PWD/{base}:/models/zeroshot" '

@@ -20,14 +20,17 @@ suite's run with `--saved-model` (two images, two labels, a tiny SigLIP checkpoi
 import argparse
 import base64
 import json
+import urllib.error
 import urllib.request
+
+SIGNATURE = "classify_image_bytes"
 
 
 def query_server(
     server: str, model_name: str, files: list[bytes], texts: list[str]
 ) -> list[list[float]]:
     body = {
-        "signature_name": "classify_image_bytes",
+        "signature_name": SIGNATURE,
         "inputs": {
             "image_bytes": [{"b64": base64.b64encode(data).decode("ascii")} for data in files],
             "texts": texts,
@@ -38,14 +41,25 @@ def query_server(
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return json.load(response)["outputs"]["scores"]
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.load(response)["outputs"]["scores"]
+    except urllib.error.HTTPError as error:  # TF Serving says why in the body (e.g. an unknown signature)
+        raise SystemExit(
+            f"{server} refused the request ({error.code}): {error.read().decode(errors='replace')[:500]}"
+        ) from None
 
 
 def query_saved_model(path: str, files: list[bytes], texts: list[str]) -> list[list[float]]:
     import tensorflow as tf
 
-    classify = tf.saved_model.load(path).signatures["classify_image_bytes"]
+    signatures = tf.saved_model.load(path).signatures
+    if SIGNATURE not in signatures:
+        raise SystemExit(
+            f"{path} has no {SIGNATURE} signature (it has {sorted(signatures)}): export it again with "
+            "recipes/zeroshot_export.py, which writes it for every model with a tokenizer."
+        )
+    classify = signatures[SIGNATURE]
     return (
         classify(image_bytes=tf.constant(files), texts=tf.constant(texts))["scores"]
         .numpy()

@@ -33,6 +33,21 @@ def test_predict_prints_the_top_classes(tmp_path, capsys):
     assert float(lines[1].split()[0]) == pytest.approx(best[2], abs=1e-4)  # the CLI prints 4 decimals
 
 
+@pytest.mark.slow
+def test_predict_takes_a_checkpoint_directory_as_model_without_weights(tmp_path, capsys):
+    """--model names any checkpoint from_pretrained reads (here a timm directory of 7 classes): it brings its own
+    weights, so no --weights is asked for, and the printed scores are the loaded model's."""
+    checkpoint = "tests/fixtures/family/timm_avg_fcnorm/checkpoint"
+    model = vit_keras.from_pretrained(checkpoint)
+    image = np.random.default_rng(0).integers(0, 256, (*model.input_shape[1:3], 3), dtype=np.uint8)
+    path = str(tmp_path / "noise.png")
+    tf.io.write_file(path, tf.io.encode_png(image))
+    assert main(["predict", path, "--model", checkpoint, "--top", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    scores = model.predict_on_batch(image[None].astype(np.float32))[0]
+    assert lines == [path, f"  {scores.max():8.4f}  {scores.argmax()}"]
+
+
 def test_predict_reports_a_missing_file(tmp_path, capsys):
     code = main(["predict", str(tmp_path / "nope.jpg"), "--model", "Ti/16", "--image-size", "32"])
     assert code == 2

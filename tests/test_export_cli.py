@@ -60,11 +60,22 @@ def test_cli_writes_a_saved_model_and_reports_agreement(keras_file, image_dir, t
 
     # The same version again is refused with a message, not overwritten.
     assert main(argv) == 2
-    assert "already exists; pass overwrite=True" in capsys.readouterr().err
+    assert "already exists; pass --overwrite (or another --version)" in capsys.readouterr().err
     assert main([*argv, "--overwrite"]) == 0
 
 
 @pytest.mark.slow
+def test_an_existing_version_folder_is_refused_before_the_model_is_read_and_left_intact(tmp_path, capsys):
+    version = tmp_path / "models" / "vit" / "1"
+    (version / "data").mkdir(parents=True)
+    (version / "thesis.txt").write_text("mine")
+    # No model exists at all: the refusal comes first, before anything is read or written.
+    assert main(["export", str(version.parent), "--format", "saved_model", "--keras-model",
+                 str(tmp_path / "none.keras")]) == 2
+    assert "already exists; pass --overwrite" in capsys.readouterr().err
+    assert (version / "thesis.txt").read_text() == "mine" and (version / "data").is_dir()
+
+
 def test_cli_writes_tflite_and_reports_agreement(keras_file, image_dir, tmp_path, capsys):
     path = tmp_path / "vit_int8.tflite"
     argv = ["export", str(path), "--format", "tflite", "--quantization", "int8", "--keras-model", keras_file,

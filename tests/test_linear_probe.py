@@ -289,3 +289,57 @@ def test_cli_probes_writes_json_reuses_its_cache_and_saves_a_model(tmp_path, cap
     classifier = keras.models.load_model(saved, safe_mode=True)
     images = np.random.default_rng(0).uniform(0, 255, (3, 32, 32, 3)).astype("float32")
     assert classifier.predict(images, verbose=0).shape == (3, 10)
+
+
+# -- your own images -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def colour_folders(tmp_path_factory):
+    """train/ of three colours (6 squares each), test/ of two of them: a test folder lacking a class."""
+    from vit_keras.training import local_data
+
+    root = tmp_path_factory.mktemp("colours")
+    local_data.write_colour_squares(root / "train", colours=("red", "green", "blue"), per_class=6)
+    local_data.write_colour_squares(root / "test", colours=("red", "blue"), per_class=3)
+    return root
+
+
+ONE_SETTING = dict(pooling="avg", l2_values=(1e-3,), learning_rates=(0.1,), epochs=20)
+
+
+@pytest.mark.slow
+def test_folders_are_probed_a_test_folder_lacking_a_class_by_the_train_classes(colour_folders):
+    """By path: read as your own images (not looked up as tfds names); test/ numbers red 1 by its own order, train/
+    numbers it 2; and a sweep chosen on 2 validation images says so."""
+    from vit_keras.training import local_data
+
+    assert local_data.read_examples(colour_folders / "test")[1] == ("blue", "red")
+    with pytest.warns(UserWarning, match=r"among 2 settings .* on 2 validation image\(s\) \(10% of 18 train"):
+        result = linear_probe(_tiny(), str(colour_folders / "train"), str(colour_folders / "test"),
+                              test_split="train", **{**ONE_SETTING, "l2_values": (0.0, 1e-3)})
+    # Three well-separated colours: every test square right once its label names the right class.
+    assert result["top1"] == 1.0 and result["classes"] == 3, result
+    assert result["examples"] == {"train": 18, "validation": 2, "test": 6}
+
+
+def test_probing_a_folder_refuses_a_test_class_the_train_data_lacks_and_testing_on_the_training_images(
+        colour_folders):
+    train, test = str(colour_folders / "train"), str(colour_folders / "test")
+    # Both before any feature is computed (the model is never called).
+    with pytest.raises(ValueError, match=r"has the class\(es\) \['green'\], which the train data lacks"):
+        linear_probe(None, test, train, test_split="train", **ONE_SETTING)
+    with pytest.raises(ValueError, match=r"scored on the images it is trained on.*'train\[:80%\]'"):
+        linear_probe(None, train, train, test_split="train", **ONE_SETTING)
+
+
+def test_cli_probe_cuts_a_folder_scored_on_itself_and_scores_a_separate_test_folder_whole(colour_folders):
+    from vit_keras.cli import build_parser
+    from vit_keras.cli.probe import probe_sources
+
+    train, test = str(colour_folders / "train"), str(colour_folders / "test")
+    assert probe_sources(build_parser().parse_args(["probe", "--dataset", train])) == (
+        train, "train[:80%]", "train[80%:]")
+    assert probe_sources(build_parser().parse_args(["probe", "--dataset", train, "--test-data", test])) == (
+        test, "train", "train")
+    assert probe_sources(build_parser().parse_args(["probe", "--dataset", "cifar10"])) == ("cifar10", "train", "test")

@@ -161,6 +161,57 @@ def test_bad_tables_name_the_file_and_line(tmp_path):
         data.load(_table(tmp_path / "rows.csv", []))
 
 
+def test_folders_that_would_make_a_wrong_class_list_are_refused_and_linked_folders_are_followed(tmp_path):
+    root = _folder(tmp_path / "images", per_class=2)
+    (tmp_path / "images" / "green").mkdir()  # a class folder without images: a class the model never sees
+    with pytest.raises(ValueError, match=r"class folder\(s\) \['.*green'\] hold no images"):
+        local_data.read_examples(root)
+    os.rmdir(tmp_path / "images" / "green")
+    # Images reached through a linked sub-folder are read, not silently skipped.
+    _folder(tmp_path / "more", per_class=3, colours=("red",))
+    os.symlink(tmp_path / "more" / "red", tmp_path / "images" / "red" / "linked")
+    examples, names, _ = local_data.read_examples(root)
+    assert names == ("blue", "red") and len(examples) == 2 + 2 + 3
+    os.symlink(tmp_path / "images" / "red", tmp_path / "images" / "red" / "loop")  # back into itself
+    with pytest.raises(ValueError, match=r"red/loop' is a link to .*a folder already read"):
+        local_data.read_examples(root)
+    os.remove(tmp_path / "images" / "red" / "loop")
+    numbers = _folder(tmp_path / "numbers", per_class=1, colours=("red", "blue"))
+    os.rename(os.path.join(numbers, "red"), os.path.join(numbers, "1"))
+    os.rename(os.path.join(numbers, "blue"), os.path.join(numbers, "01"))
+    with pytest.raises(ValueError, match=r"labels \['01', '1'\] are all the number 1 written differently"):
+        local_data.read_examples(numbers)
+
+
+@pytest.mark.parametrize("rows, message", [
+    ('path,label\na.jpg,cat\nb.jpg,dog\na.jpg,cat\n', r"line 4 lists the image '.*a.jpg' again \('.*' line 2 has "
+     r"it, with the same label"),
+    ('path,label\na.jpg,cat\na.jpg,dog\n', r"line 3 lists the image .* \['cat'\] there and \['dog'\] here"),
+    ('path,label\na.jpg,1\nb.jpg,01\nc.jpg,+1\n', r"labels \['\+1', '01', '1'\] are all the number 1 written "
+     r"differently \('\+1' at '.*' line 4"),
+    ('{"path": "a.jpg", "labels": [null]}\n', r"jsonl' line 1: the label null is not a class name"),
+    ('{"path": "a.jpg", "label": true}\n', r"jsonl' line 1: the label true is not a class name"),
+    ('{"path": "a.jpg", "labels": [["a"]]}\n', r"jsonl' line 1: the label \[\"a\"\] is not a class name"),
+    ('{"path": "a.jpg", "label": "c\\u0000t"}\n', r"jsonl' line 1: the label 'c\\x00t' holds the control "
+     r"character '\\x00'"),
+])
+def test_tables_that_would_make_wrong_labels_name_the_file_row_and_value(tmp_path, rows, message):
+    rng = np.random.default_rng(0)
+    for name in ("a", "b", "c"):
+        _square(str(tmp_path / f"{name}.jpg"), "red", rng)
+    path = tmp_path / ("labels.jsonl" if rows.startswith("{") else "labels.csv")
+    path.write_text(rows)
+    with pytest.raises(ValueError, match=message):
+        local_data.read_examples(str(path))
+
+
+@pytest.mark.parametrize("split", ["train[:200%]", "train[-150%:]"])
+def test_a_slice_beyond_all_the_images_is_refused(tmp_path, split):
+    root = _folder(tmp_path / "ok", per_class=2)
+    with pytest.raises(ValueError, match=r"outside -100% to 100%"):
+        local_data.load(root, split)
+
+
 def test_a_corrupt_image_is_named_when_the_source_is_loaded_not_mid_epoch(tmp_path):
     root = _folder(tmp_path / "images", per_class=3)
     victim = os.path.join(root, "blue", "001.jpg")
@@ -177,7 +228,8 @@ def test_a_corrupt_image_is_named_when_the_source_is_loaded_not_mid_epoch(tmp_pa
 def test_an_unknown_label_in_a_validation_file_is_refused(tmp_path):
     rng = np.random.default_rng(0)
     _square(str(tmp_path / "a.jpg"), "red", rng)
-    validation = _table(tmp_path / "validation.csv", [("a.jpg", "red"), ("a.jpg", "purple")])
+    _square(str(tmp_path / "b.jpg"), "red", rng)
+    validation = _table(tmp_path / "validation.csv", [("a.jpg", "red"), ("b.jpg", "purple")])
     with pytest.raises(ValueError, match=r"line 3: the class 'purple' is not one of the model's 2 classes"):
         data.load(validation, class_names=("blue", "red"))
     folder = _folder(tmp_path / "val", per_class=1, colours=("green",))
@@ -435,3 +487,20 @@ def test_a_multi_label_csv_trains_with_sigmoid_outputs_and_reports_mean_average_
     assert set(probabilities) == {"blue", "cold", "green", "red", "warm"}
     # One sigmoid per class: the two right tags are both likely (a softmax could not give both over 0.5).
     assert probabilities["red"] > 0.5 and probabilities["warm"] > 0.5
+
+
+def test_a_split_lacking_a_class_is_scored_by_the_models_class_names(tmp_path):
+    import keras
+
+    from vit_keras.training import evaluate
+
+    # A model that reads the colour straight from the mean pixel: R -> "red", G -> "green", B -> "blue".
+    model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(3, use_bias=False)])
+    model.layers[-1].set_weights([np.array([[0, 0, 1], [0, 1, 0], [1, 0, 0]], np.float32)])
+    local_data.attach_labels(model, {"class_names": ["blue", "green", "red"], "multi_label": False})
+    test = local_data.load(_folder(tmp_path / "test", per_class=2))  # red and blue only: red is its class 1
+    assert test.class_names == ("blue", "red")
+    assert evaluate(model, test)["top1"] == 1.0
+    with pytest.raises(ValueError, match=r"has the class\(es\) \['red'\], which are not among the model's 2"):
+        local_data.relabel(test, ("blue", "green"), "test data")

@@ -158,3 +158,79 @@ def test_cli_uses_a_given_classes_flag(tmp_path, tfds_dir, capsys):
     model = keras.models.load_model(tmp_path / "twelve" / "checkpoints" / "last.keras", safe_mode=True)
     assert model.output_shape == (None, 12) and len(
         [layer for layer in model.layers if "encoderblock" in layer.name or "block" in layer.name]) >= 1
+
+
+# --- options that used to be ignored or to damage the data ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    from vit_keras.training import local_data
+
+    root = tmp_path_factory.mktemp("own") / "photos"
+    local_data.write_colour_squares(root, per_class=4, size=16)
+    return root
+
+
+# A tiny model and one step: were the run not refused, it would end at once instead of training B/16.
+TINY_RUN = ["--model", "Ti/16", "--patch-size", "4", "--num-layers", "1", "--image-size", "16", "--steps", "1",
+            "--batch-size", "2", "--warmup-steps", "0", "--precision", "float32", "--no-xla"]
+
+
+def test_lora_targets_without_lora_is_refused_not_a_whole_model_run(photos, tmp_path, capsys):
+    assert main(["train", *TINY_RUN, "--dataset", str(photos), "--lora-targets", "attention",
+                 "--output-dir", str(tmp_path / "run")]) == 2
+    assert "lora_targets='attention' applies to LoRA, and no lora_rank is given" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.parametrize("inside", ["", "runs/a"])
+def test_an_output_dir_inside_the_image_folder_is_refused(photos, inside, capsys):
+    output = photos / inside if inside else photos
+    assert main(["train", *TINY_RUN, "--dataset", str(photos), "--output-dir", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert "inside the image folder" in err and "would become classes" in err, err
+    assert sorted(os.listdir(photos)) == ["blue", "red"]  # nothing written into it
+    with pytest.raises(ValueError, match=r"is inside the image folder .*logs/, checkpoints/ and backup/ would become"):
+        training.train(tiny_vit, str(photos), _config(), output_dir=str(output))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--model", "X/99"], "--model 'X/99' is neither a paper variant (Ti/16, "),
+    (["--model", "tests/fixtures/family/timm_avg_fcnorm/checkpoint", "--weights", "augreg-imagenet21k"],
+     "--weights applies to a paper variant --model"),
+    (["--model", "tests/fixtures/family/timm_avg_fcnorm/checkpoint", "--patch-size", "4"],
+     "--patch-size applies to a paper variant --model; the checkpoint"),
+])
+def test_a_checkpoint_model_refuses_what_belongs_to_paper_variants(photos, flags, message, tmp_path, capsys):
+    assert main(["train", "--dataset", str(photos), "--output-dir", str(tmp_path / "run"), *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:.*has 7 classes but the model asks for 2")
+def test_cli_fine_tunes_a_checkpoint_directory(photos, tmp_path, capsys):
+    """Not only the paper's variants: anything from_pretrained reads (a timm DINOv3 directory here)."""
+    import keras
+
+    checkpoint = "tests/fixtures/family2/timm_dinov3/checkpoint"
+    assert main(["train", "--model", checkpoint, "--dataset", str(photos), "--steps", "1", "--batch-size", "4",
+                 "--eval-split", "", "--warmup-steps", "1", "--learning-rate", "0.01", "--precision", "float32",
+                 "--no-xla", "--output-dir", str(tmp_path / "run")]) == 0
+    printed = capsys.readouterr().out
+    assert json.loads(printed[printed.rindex("{\n"):])["updates"] == 1
+    model = keras.models.load_model(tmp_path / "run" / "checkpoints" / "last.keras", safe_mode=True)
+    base = vit_keras.from_pretrained(checkpoint, classes=2)
+    assert model.output_shape == (None, 2) and model.input_shape == base.input_shape
+    assert model.count_params() == base.count_params()
+
+
+def test_a_corrupt_backup_state_names_the_file_and_the_fix(tmp_path):
+    from vit_keras.training.callbacks import BACKUP_STATE, StepBackup
+
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    for text, reason in [('{"step": 3, "weights": "backup-0', "it is not JSON"),
+                         ('{"step": "3"}', "it lacks the step and weights file")]:
+        (backup / BACKUP_STATE).write_text(text)
+        with pytest.raises(ValueError, match=rf"state file .*backup.json is corrupt: {reason}.*Delete the folder "):
+            StepBackup(str(backup)).restore(tiny_vit())

@@ -15,6 +15,7 @@ import pytest
 
 from tests import zeroshot_cases as cases
 from vit_keras import zeroshot
+from vit_keras.preprocessing import naflex_size
 from vit_keras.zeroshot import export
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModel export runs on TF")
@@ -79,19 +80,20 @@ def test_saved_model_loads_without_vit_keras_and_matches_the_towers(case, tmp_pa
     path = export.saved_model(model, str(tmp_path / "zeroshot"), class_names=LABELS, templates=TEMPLATES)
     inputs = str(tmp_path / "inputs.npz")
     jpegs = [_encoded(image, "JPEG") for image in images]
+    fixed = model.image_size is not None
+    # A model of any size (SigLIP 2) takes each image at its own aspect ratio: two other shapes than the towers'.
+    png_images = images if fixed else [images[0][:, :24], images[1][:16]]
     np.savez(inputs, images=images, token_ids=ids, attention_mask=mask,
              texts=np.array([text.encode() for text in texts], dtype=object).astype(bytes),
-             png=np.array([_encoded(image, "PNG") for image in images], dtype=object).astype(bytes),
+             png=np.array([_encoded(image, "PNG") for image in png_images], dtype=object).astype(bytes),
              jpeg=np.array(jpegs, dtype=object).astype(bytes))
     out = str(tmp_path / "out.npz")
     run = subprocess.run([sys.executable, "-c", LOADER, path, inputs, out], capture_output=True, text=True,
                          timeout=300, env=dict(os.environ, PYTHONPATH=""), cwd=str(tmp_path))
     assert run.returncode == 0, run.stderr[-3000:]
     signatures = json.loads(run.stdout.strip().splitlines()[-1])
-    fixed = model.image_size is not None
     assert signatures == sorted(["classify", "classify_labels", "classify_token_ids", "encode_image", "encode_text",
-                                 "encode_token_ids", "tokenize",
-                                 *(["encode_image_bytes", "classify_image_bytes"] if fixed else [])])
+                                 "encode_token_ids", "tokenize", "encode_image_bytes", "classify_image_bytes"])
     found = np.load(out)
     # the graph's tokenizer gives the checkpoint tokenizer's ids and mask
     np.testing.assert_array_equal(found["token_ids"], ids)
@@ -104,15 +106,28 @@ def test_saved_model_loads_without_vit_keras_and_matches_the_towers(case, tmp_pa
     logits = model.logits(image_features, text_features)
     np.testing.assert_allclose(found["logits"], logits, atol=10 * TOLERANCE)
     np.testing.assert_allclose(found["id_logits"], logits, atol=10 * TOLERANCE)
-    if fixed:  # PNG is lossless and the images are at the model's size: decoding gives the same pixels
-        np.testing.assert_allclose(found["bytes_features"], image_features, atol=TOLERANCE)
-        # strings + JPEG bytes against the Python API on the same decoded pixels (TensorFlow's JPEG decoder)
-        import tensorflow as tf
+    import tensorflow as tf
 
-        decoded = np.stack([tf.io.decode_jpeg(data, channels=3).numpy() for data in jpegs]).astype(np.float32)
-        want = model.logits(model.encode_image(decoded), text_features)
-        np.testing.assert_allclose(found["jpeg_logits"], want, atol=10 * TOLERANCE)
-        assert (found["jpeg_logits"].argmax(-1) == want.argmax(-1)).all()
+    def served_size(image):
+        """What the bytes signatures resize an image to: the model's size, or (any size) its NaFlex size for
+        export.DEFAULT_MAX_NUM_PATCHES, bilinear and antialiased as the graph does."""
+        image = np.asarray(image, np.float32)
+        if fixed:
+            return image
+        size = naflex_size(*image.shape[:2], model.patch_size, export.DEFAULT_MAX_NUM_PATCHES)
+        return tf.image.resize(image, size, method="bilinear", antialias=True).numpy()
+
+    # PNG is lossless: decoding gives the same pixels, and the features are the towers' on them at the served size
+    want_png = np.concatenate([model.encode_image(served_size(image)[None]) for image in png_images])
+    if fixed:
+        np.testing.assert_allclose(want_png, image_features, atol=TOLERANCE)
+    np.testing.assert_allclose(found["bytes_features"], want_png, atol=TOLERANCE)
+    # strings + JPEG bytes against the Python API on the same decoded pixels (TensorFlow's JPEG decoder)
+    decoded = [tf.io.decode_jpeg(data, channels=3).numpy() for data in jpegs]
+    want = model.logits(np.concatenate([model.encode_image(served_size(image)[None]) for image in decoded]),
+                        text_features)
+    np.testing.assert_allclose(found["jpeg_logits"], want, atol=10 * TOLERANCE)
+    assert (found["jpeg_logits"].argmax(-1) == want.argmax(-1)).all()
     want = model.classify(images, LABELS, templates=TEMPLATES)
     np.testing.assert_allclose(found["label_scores"], want, atol=TOLERANCE)
     assert list(found["top_labels"]) == [LABELS[i] for i in want.argmax(-1)]
@@ -124,6 +139,9 @@ def test_export_refuses_what_it_cannot_serve(tmp_path):
         export.saved_model(zeroshot.from_pretrained(checkpoint, include_preprocessing=False), str(tmp_path / "a"))
     with pytest.raises(ValueError, match="class_names is empty"):
         export.saved_model(zeroshot.from_pretrained(checkpoint), str(tmp_path / "b"), class_names=[])
+    with pytest.raises(ValueError, match=r"max_num_patches=64 sizes the images of a model of any image size .* "
+                                         r"this one takes 32x32 images: drop it"):
+        export.saved_model(zeroshot.from_pretrained(checkpoint), str(tmp_path / "b"), max_num_patches=64)
     without_tokenizer = zeroshot.from_pretrained(checkpoint)
     without_tokenizer.tokenizer = None
     with pytest.raises(ValueError, match="no tokenizer.*strings=False"):

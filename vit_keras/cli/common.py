@@ -18,15 +18,20 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         'B/16'
     """
     parser.add_argument(
-        "--model", default="B/16", choices=sorted(VARIANTS), metavar="VARIANT",
-        help=f"paper variant, one of {', '.join(VARIANTS)} (default: B/16)",
+        "--model", default="B/16", metavar="MODEL",
+        help=f"a paper variant, one of {', '.join(VARIANTS)} (default: B/16; weights from --weights), or a "
+        "checkpoint vit_keras.from_pretrained reads, weights included: a timm or transformers directory, a hub id "
+        "(hf-hub:ORG/NAME), a registered name (B/16:imagenet21k) or a .npz file (DINOv3, SigLIP, EVA-02, ...)",
     )
     parser.add_argument(
         "--weights", default=None,
-        help="a registered name (see vit_keras.list_weights()), a checkpoint file or directory, or a URL",
+        help="for a paper variant --model: a registered name (see vit_keras.list_weights()), a checkpoint file or "
+        "directory, or a URL",
     )
-    parser.add_argument("--image-size", type=positive_int, default=None, help="square input size (default: 224)")
-    parser.add_argument("--classes", type=positive_int, default=1000, help="classes of the head (default: 1000)")
+    parser.add_argument("--image-size", type=positive_int, default=None,
+                        help="square input size (default: 224 for a paper variant, a checkpoint's own size)")
+    parser.add_argument("--classes", type=positive_int, default=None,
+                        help="classes of the head (default: 1000 for a paper variant, a checkpoint's own head)")
 
 
 def add_keras_model_argument(parser: argparse.ArgumentParser, action: str) -> None:
@@ -53,9 +58,60 @@ def build_model(args, **overrides):
     """
     from vit_keras.models import ViT
 
+    if not is_variant(args.model):
+        return build_pretrained(args, **overrides)
     kwargs = {**VARIANTS[args.model].model_kwargs(), **overrides}
     size = {} if args.image_size is None else {"image_size": args.image_size}  # None: 224 (not any size)
-    return ViT(weights=args.weights, classes=args.classes, **size, **kwargs)
+    classes = 1000 if args.classes is None else args.classes
+    return ViT(weights=args.weights, classes=classes, **size, **kwargs)
+
+
+def is_variant(model: str) -> bool:
+    """Whether `--model` names a paper variant (built here, weights from `--weights`), not a checkpoint.
+
+    Example:
+        >>> is_variant("B/16"), is_variant("hf-hub:facebook/dinov3-vits16-pretrain-lvd1689m")
+        (True, False)
+    """
+    return model in VARIANTS
+
+
+# Keyword arguments a paper variant takes that a checkpoint fixes itself, and the flags that set them.
+_ARCHITECTURE_FLAGS = {"patch_size": "--patch-size", "num_layers": "--num-layers"}
+_DROPOUT = ("dropout_rate", "attention_dropout_rate")
+
+
+def build_pretrained(args, **overrides):
+    """The model of a checkpoint `--model` names (anything `vit_keras.from_pretrained` reads), with `--image-size`
+    and `--classes` (a fresh zero head when they differ from the checkpoint's). Architecture flags, `--weights` and
+    dropout belong to paper variants and are refused here.
+
+    Example:
+        >>> parser = argparse.ArgumentParser(); add_model_arguments(parser)
+        >>> timm_dir = "tests/fixtures/family/timm_deit_distilled/checkpoint"
+        >>> build_pretrained(parser.parse_args(["--model", timm_dir, "--image-size", "64"])).output_shape
+        (None, 7)
+    """
+    import vit_keras
+
+    source = args.model
+    if args.weights is not None:
+        raise ValueError(f"--weights applies to a paper variant --model ({', '.join(VARIANTS)}); --model {source!r} "
+                         "is a checkpoint that brings its own weights: drop --weights.")
+    fixed = [flag for key, flag in _ARCHITECTURE_FLAGS.items() if overrides.pop(key, None) is not None]
+    if fixed:
+        raise ValueError(f"{', '.join(fixed)} applies to a paper variant --model; the checkpoint {source!r} fixes "
+                         "its own architecture: drop it.")
+    dropout = {key: overrides.pop(key) for key in _DROPOUT if key in overrides}
+    if any(rate for rate in dropout.values()):
+        raise ValueError(f"The recipe asks for dropout {dropout}, and a checkpoint --model ({source!r}) is built "
+                         "without dropout: use --recipe finetune (no dropout) or a paper variant --model.")
+    if not (os.path.exists(source) or ":" in source):  # a hub id, registered name and URL all hold a colon
+        raise ValueError(f"--model {source!r} is neither a paper variant ({', '.join(VARIANTS)}) nor a checkpoint: "
+                         "pass a checkpoint directory or file, a hub id (hf-hub:ORG/NAME) or a registered name "
+                         "(see vit_keras.list_weights()).")
+    size = {} if args.image_size is None else {"image_size": args.image_size}
+    return vit_keras.from_pretrained(source, classes=args.classes, **size, **overrides)
 
 
 def load_or_build_model(args):

@@ -191,8 +191,12 @@ def run(args) -> int:
         raise ValueError("--quantization int8 needs --calibration-images (about 100 training images)")
     if args.export_format != "saved_model" and args.class_names:
         raise ValueError("--class-names applies to --format saved_model only")
+    # Before the model is built and converted: an existing file or version directory is replaced only on request.
     if args.export_format in ("tflite", "onnx"):
-        refuse_existing(args.output, args.overwrite, "--overwrite")  # before the model is built and converted
+        refuse_existing(args.output, args.overwrite, "--overwrite")
+    else:
+        refuse_existing(os.path.join(args.output, str(args.version)), args.overwrite, "--overwrite (or another "
+                        "--version)")
     class_names = read_class_names(args.class_names) if args.class_names else None  # before the model is built
 
     model = load_or_build_model(args)

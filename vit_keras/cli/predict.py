@@ -18,6 +18,7 @@ from vit_keras.cli.common import (
     add_keras_model_argument,
     add_max_patches_argument,
     add_model_arguments,
+    is_variant,
     load_or_build_model,
     naflex_patch_size,
 )
@@ -113,7 +114,7 @@ def run(args) -> int:
 
     for path in args.images:  # every file is checked (header only) before a model is built or weights downloaded
         check_image_file(path)
-    if args.keras_model is None and args.weights is None and not args.random_weights:
+    if args.keras_model is None and args.weights is None and is_variant(args.model) and not args.random_weights:
         raise ValueError(
             "no --weights given: an untrained model prints ImageNet labels at chance (0.001 each). Pass --weights "
             "(a registered name such as imagenet21k+imagenet2012, a checkpoint file or a URL), --keras-model (a "

@@ -1,4 +1,5 @@
-"""`vit-keras probe`: the linear probe of a frozen model (DINOv2's linear evaluation) on a tfds dataset.
+"""`vit-keras probe`: the linear probe of a frozen model (DINOv2's linear evaluation) on a tfds dataset or your own
+images (a folder of class subfolders, a .csv / .jsonl file of path,label rows).
 
 The backbone's features are computed once per split (kept under --cache-dir when given, so a second run with other
 probe settings skips the backbone), a softmax logistic regression is trained on them with L2 strength and learning
@@ -7,7 +8,10 @@ rate chosen on 10% of the train split, and the test split is scored once. The re
 Examples:
   vit-keras probe --model B/16 --weights vit-b16.weights.h5 --dataset oxford_flowers102 --cache-dir features/
   vit-keras probe runs/digits/checkpoints/best.keras --dataset vit_keras_digits --pooling token --output probe.json
+  vit-keras probe --model hf-hub:facebook/dinov3-vits16-pretrain-lvd1689m --dataset photos/  # 80%% / 20%%
+  vit-keras probe --model B/16 --weights vit-b16.weights.h5 --dataset photos/ --test-data test_photos/
 """
+
 
 from __future__ import annotations
 
@@ -18,6 +22,10 @@ from vit_keras.cli.arguments import non_negative_number, positive_int, positive_
 from vit_keras.cli.common import add_model_arguments
 from vit_keras.training.linear_probe import BATCH_SIZE, EPOCHS, L2_VALUES, LEARNING_RATES
 from vit_keras.training.probe_features import POOLINGS
+
+# A folder or file of your own images is one split: without --train-split / --test-split, 80% of it (a fixed
+# shuffle) trains the probe and the other 20% tests it, as recipes/linear_probe.py does.
+LOCAL_TRAIN_SPLIT, LOCAL_TEST_SPLIT = "train[:80%]", "train[80%:]"
 
 
 def register(subparsers) -> None:
@@ -36,10 +44,19 @@ def register(subparsers) -> None:
     parser.add_argument("checkpoint", nargs="?", default=None,
                         help="a .keras file (e.g. OUTPUT_DIR/checkpoints/best.keras); else --model/--weights")
     add_model_arguments(parser)
-    parser.add_argument("--dataset", required=True, help="tfds name, e.g. cifar10 or vit_keras_digits")
+    parser.add_argument("--dataset", required=True,
+                        help="tfds name (cifar10, vit_keras_digits), a folder of class subfolders, or a .csv / .jsonl "
+                             "file of path,label rows")
+    parser.add_argument("--test-data", default=None, metavar="PATH",
+                        help="score on these images instead (a folder or .csv / .jsonl file, all of it or "
+                             "--test-split of it); its classes are matched to --dataset's by name")
     parser.add_argument("--data-dir", default=None, help="tfds data directory")
-    parser.add_argument("--train-split", default="train", help="split the probe is trained on (default: train)")
-    parser.add_argument("--test-split", default="test", help="split the probe is scored on (default: test)")
+    parser.add_argument("--train-split", default=None,
+                        help=f"split the probe is trained on (default: train; {LOCAL_TRAIN_SPLIT} of a folder or "
+                             "file scored on itself)")
+    parser.add_argument("--test-split", default=None,
+                        help=f"split the probe is scored on (default: test; {LOCAL_TEST_SPLIT} of a folder or "
+                             "file scored on itself, all of --test-data)")
     parser.add_argument("--pooling", default="token+avg", choices=POOLINGS,
                         help="features: the class token, the mean patch token, both concatenated (DINOv2's, the "
                              "default) or the model's own pooled output")
@@ -66,6 +83,27 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run_probe)
 
 
+def probe_sources(args) -> tuple[str, str, str]:
+    """`(test data, train split, test split)` of the flags: a folder or file of your own images scored on itself is
+    cut 80% / 20%, a separate --test-data is scored whole, a tfds dataset on its train and test splits.
+
+    Example:
+        >>> from vit_keras.cli import build_parser
+        >>> from vit_keras.training import local_data
+        >>> local_data.write_colour_squares("photos")
+        >>> probe_sources(build_parser().parse_args(["probe", "m.keras", "--dataset", "photos"]))
+        ('photos', 'train[:80%]', 'train[80%:]')
+    """
+    from vit_keras.training import local_data
+
+    test_data = args.test_data or args.dataset
+    one_local_source = test_data == args.dataset and local_data.is_local_source(args.dataset)
+    train_split = args.train_split or (LOCAL_TRAIN_SPLIT if one_local_source else "train")
+    test_split = args.test_split or (LOCAL_TEST_SPLIT if one_local_source else
+                                     "train" if local_data.is_local_source(test_data) else "test")
+    return test_data, train_split, test_split
+
+
 def run_probe(args) -> int:
     import os
 
@@ -80,6 +118,7 @@ def run_probe(args) -> int:
     for path in (args.output, args.save_model):
         if path is not None:
             refuse_existing(path, args.overwrite, "--overwrite")
+    test_data, train_split, test_split = probe_sources(args)
     if args.checkpoint:
         if not os.path.isfile(args.checkpoint):
             raise ValueError(f"Checkpoint {args.checkpoint!r} does not exist.")
@@ -89,12 +128,13 @@ def run_probe(args) -> int:
     else:
         model = build_model(args)
     result, head = linear_probe(
-        model, args.dataset, args.dataset, train_split=args.train_split, test_split=args.test_split,
+        model, args.dataset, test_data, train_split=train_split, test_split=test_split,
         pooling=args.pooling, cache_dir=args.cache_dir, l2_values=args.l2, learning_rates=args.learning_rate,
         epochs=args.epochs, batch_size=args.batch_size, feature_batch_size=args.feature_batch_size, seed=args.seed,
         data_dir=args.data_dir, return_head=True,
     )
-    result = {"dataset": args.dataset, "train_split": args.train_split, "test_split": args.test_split, **result}
+    result = {"dataset": args.dataset, "train_split": train_split,
+              **({"test_data": test_data} if args.test_data else {}), "test_split": test_split, **result}
     text = json.dumps(result, indent=2)
     with atomic_file(args.output, args.overwrite, "--overwrite") as tmp, open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text + "\n")

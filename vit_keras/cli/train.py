@@ -91,8 +91,9 @@ def register(subparsers) -> None:
     recipe.add_argument("--deterministic", action="store_true", help="reproducible ops and input order (slower)")
     recipe.add_argument("--lora", type=positive_int, default=None, metavar="RANK",
                         help="train LoRA adapters of this rank and the head only, every other weight frozen")
-    recipe.add_argument("--lora-targets", choices=("qv", "attention", "attention+mlp"), default="qv",
-                        help="with --lora: query and value (default), all four attention projections, or also the MLP")
+    recipe.add_argument("--lora-targets", choices=("qv", "attention", "attention+mlp"), default=None,
+                        help="with --lora: query and value (default: qv), all four attention projections, or also "
+                        "the MLP")
     add_hardware_arguments(parser.add_argument_group("hardware"))
     add_output_dir_argument(parser, "logs/, checkpoints/, backup/ and results.json")
     parser.set_defaults(func=run_train)
@@ -139,7 +140,7 @@ def config_from_args(args):
 def run_train(args) -> int:
     import sys
 
-    from vit_keras.cli.common import build_model
+    from vit_keras.cli.common import build_model, is_variant
     from vit_keras.training import data, local_data, train
     from vit_keras.training.callbacks import NonFiniteLossError
 
@@ -155,7 +156,7 @@ def run_train(args) -> int:
     else:
         raise ValueError(f"{args.dataset} does not say how many classes it has: pass --classes.")
     # A flexible (NaFlex) model takes each image at its own size: no --image-size (the config refuses both).
-    image_size = None if config.max_patches else args.image_size or 224
+    image_size = None if config.max_patches else args.image_size or (224 if is_variant(args.model) else None)
     # train() checks that the model carries the recipe's dropout; it is fixed when the model is built.
     overrides = architecture_overrides(args, config)
     if config.max_patches:
@@ -183,5 +184,6 @@ def run_train(args) -> int:
     except NonFiniteLossError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(json.dumps({"updates": result.updates, **result.metrics}, indent=2))
+    print(json.dumps({"updates": result.updates, **result.metrics, **({"lora": result.lora} if result.lora else {})},
+                     indent=2))
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -261,8 +262,7 @@ class StepBackup(StepEndCallback):
         gfile = _gfile()
         if not gfile.exists(self.state_path):
             return 0
-        with gfile.GFile(self.state_path) as handle:
-            state = json.load(handle)
+        state = self._read_state()
         if model.optimizer is not None and not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
         model.load_weights(os.path.join(self.backup_dir, state["weights"]))
@@ -273,6 +273,25 @@ class StepBackup(StepEndCallback):
             else:  # a Keras ModelCheckpoint
                 self.best_checkpoint.best = float(state["best"])
         return self.step
+
+    def _read_state(self) -> dict:
+        """The backup's state file, or a `ValueError` that names it and what to do when it is not what `save`
+        writes (a disk filled mid-write on a file system without atomic renames, an edit by hand)."""
+        with _gfile().GFile(self.state_path) as handle:
+            text = handle.read()
+        try:
+            state = json.loads(text)
+            valid = isinstance(state, dict) and isinstance(state.get("weights"), str) and \
+                isinstance(state.get("step"), int) and not isinstance(state.get("step"), bool)
+        except json.JSONDecodeError as error:
+            valid, reason = False, f"it is not JSON ({error.msg} at line {error.lineno} column {error.colno})"
+        else:
+            reason = "it lacks the step and weights file a backup records"
+        if not valid:
+            raise ValueError(f"The resume backup's state file {self.state_path} is corrupt: {reason}. Delete the "
+                             f"folder {self.backup_dir} to start the run again from its beginning (the checkpoints "
+                             "in checkpoints/ are kept), or write the run to another output directory.")
+        return state
 
     def save(self):
         """Weights go to a file named by their step; only then does the state file, renamed into place in one
@@ -328,12 +347,34 @@ def _is_remote(path: str) -> bool:
     return "://" in str(path)
 
 
+@contextlib.contextmanager
+def _without_optimizer_if_lora(model):
+    """For the block, `model` as Keras saves an uncompiled model, when it has LoRA adapters (see `save_checkpoint`)."""
+    from vit_keras.training.lora import lora_settings
+
+    compiled = getattr(model, "compiled", False)
+    if not compiled or lora_settings(model) is None:
+        yield
+        return
+    optimizer = model.optimizer
+    model.optimizer, model.compiled = None, False
+    try:
+        yield
+    finally:
+        model.optimizer, model.compiled = optimizer, compiled
+
+
 def save_checkpoint(model, path: str, score: dict | None = None) -> None:
     """Save `model` to the `.keras` file `path` atomically, with `score` stored inside (see `checkpoint_score`).
 
     The model is written to a temporary file beside `path` and renamed into place, so a crash or SIGKILL at any
     moment leaves the previous `path` intact. Remote paths (gs://) are assembled locally and copied up; object
     stores only show an object once its upload completes.
+
+    A model with LoRA adapters is saved uncompiled, without its optimizer: Keras folds the adapters into plain
+    kernels in the file, so the optimizer's state (for the adapters and head only) fits no variable of the model
+    that loads, and every load would warn that it skips it ("Skipping variable loading for optimizer"). Its
+    training resumes from `StepBackup`'s files instead.
 
     Example:
         >>> save_checkpoint(tiny_model, "run/checkpoints/best.keras", {"monitor": "val_accuracy", "value": 0.97})
@@ -345,7 +386,8 @@ def save_checkpoint(model, path: str, score: dict | None = None) -> None:
     from vit_keras.files import atomic_file
 
     def write(target):
-        model.save(target)
+        with _without_optimizer_if_lora(model):
+            model.save(target)
         if score is not None:
             with zipfile.ZipFile(target, "a") as archive:
                 archive.writestr(SCORE_ENTRY, json.dumps(score))

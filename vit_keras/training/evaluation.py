@@ -123,11 +123,11 @@ def evaluate(model, source, split: str = "test", *, batch_size: int = 256, data_
         raise ValueError("A flexible (NaFlex) model is evaluated with max_patches (its patch budget per image), a "
                          f"model of fixed-size images without: the model is {'' if patch else 'not '}flexible, "
                          f"max_patches={max_patches!r}.")
-    from vit_keras.training.local_data import model_labels
+    from vit_keras.training.local_data import model_labels, relabel
 
     labels_kept = model_labels(model) or {}
-    loaded = source if isinstance(source, data.Split) else data.load(source, split, data_dir=data_dir,
-                                                                     class_names=labels_kept.get("class_names"))
+    loaded = relabel(source, labels_kept.get("class_names"), "test data") if isinstance(source, data.Split) else \
+        data.load(source, split, data_dir=data_dir, class_names=labels_kept.get("class_names"))
     classes = int(model.output_shape[-1])
     data.check_labels(loaded, classes)
     multi_label = bool(labels_kept.get("multi_label") or loaded.multi_label)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import numpy as np
 
@@ -46,6 +47,8 @@ VALIDATION_FRACTION = 0.1
 # rather than divided by ~0, which would blow up any test example that differs.
 CONSTANT_VARIANCE = 1e-12
 STEPS_PER_EXECUTION = 50
+# Fewer validation examples than this choose the sweep's setting by chance more than by merit: said in a warning.
+FEW_VALIDATION_EXAMPLES = 10
 
 
 def _numbers(name: str, values, example, positive: bool) -> list[float]:
@@ -88,6 +91,72 @@ def carve_validation(count: int, fraction: float = VALIDATION_FRACTION, seed: in
     size = min(count - 1, max(1, round(fraction * count)))
     order = np.random.default_rng(seed).permutation(count)
     return np.sort(order[size:]), np.sort(order[:size])
+
+
+def class_names_of(source):
+    """The class names of a probe source: a `data.Split`'s, or those of your own images (a folder of class
+    subfolders, a `.csv` / `.jsonl` file; read from its listing, nothing decoded); None for a tfds name or a
+    `tf.data.Dataset`, whose labels are class indices already.
+
+    Example:
+        >>> from vit_keras.training import local_data
+        >>> local_data.write_colour_squares("shapes")
+        >>> class_names_of("shapes"), class_names_of("vit_keras_digits")
+        (('blue', 'red'), None)
+    """
+    from vit_keras.training import local_data
+
+    if local_data.is_local_source(source):
+        return local_data.read_examples(source)[1]
+    names = getattr(source, "class_names", None)
+    return None if names is None else tuple(names)
+
+
+def labels_by_train_classes(labels, train_names, test_names, test_source):
+    """Test `labels` (indices into `test_names`) as indices into `train_names`, the classes the probe is trained on:
+    a test folder lacking a class numbers the others differently, and scoring its labels by its own order would
+    compare the wrong classes. A test class the train data lacks is a `ValueError`.
+
+    Example:
+        >>> labels_by_train_classes(np.array([0, 1]), ("cat", "cow", "dog"), ("cat", "dog"), "test/").tolist()
+        [0, 2]
+    """
+    labels = np.asarray(labels)
+    if train_names is None or test_names is None or tuple(train_names) == tuple(test_names):
+        return labels
+    check_test_classes(train_names, test_names, test_source)
+    position = {name: index for index, name in enumerate(train_names)}
+    return np.asarray([position[name] for name in test_names], labels.dtype)[labels]
+
+
+def check_test_classes(train_names, test_names, test_source) -> None:
+    """A `ValueError` when the test data has a class the train data lacks (checked before any feature is computed).
+
+    Example:
+        >>> check_test_classes(("cat", "dog"), ("dog",), "test/")
+    """
+    unknown = [name for name in test_names or () if train_names is not None and name not in train_names]
+    if unknown:
+        raise ValueError(f"The test data {test_source!r} has the class(es) {unknown}, which the train data lacks "
+                         f"(its classes: {list(train_names)[:20]}); probe on test data of the train data's classes.")
+
+
+def _refuse_testing_on_training_images(train_source, train_split, test_source, test_split) -> None:
+    """A folder or file of your own images is one split: the same one with the same (or a whole) split on both
+    sides would score the probe on the images it was trained on."""
+    import os
+
+    from vit_keras.training import local_data
+
+    if not (local_data.is_local_source(train_source) and local_data.is_local_source(test_source)):
+        return
+    if os.path.realpath(os.fspath(train_source)) != os.path.realpath(os.fspath(test_source)):
+        return
+    if train_split == test_split or "[" not in train_split or "[" not in test_split:
+        raise ValueError(f"The train and test data are both {os.fspath(test_source)!r} with the splits "
+                         f"{train_split!r} and {test_split!r}: the probe would be scored on the images it is "
+                         "trained on. A folder or file is one split: cut it in two (train_split='train[:80%]', "
+                         "test_split='train[80%:]'), or pass a separate test folder.")
 
 
 def _moments(features):
@@ -196,8 +265,10 @@ def linear_probe(model, train_source, test_source, *, train_split: str = "train"
 
     Args:
         model: the frozen backbone (any vit_keras model; its head, if any, is ignored unless `pooling="model"`).
-        train_source, test_source: tfds names (`"vit_keras_digits"`), `data.Split`s or `tf.data.Dataset`s of
-            `(image, label)`; `train_split` / `test_split` pick a tfds name's splits.
+        train_source, test_source: tfds names (`"vit_keras_digits"`), your own images (a folder of class
+            subfolders, a `.csv` / `.jsonl` file; a test folder may lack classes, its labels are matched to the
+            train data's classes by name), `data.Split`s or `tf.data.Dataset`s of `(image, label)`;
+            `train_split` / `test_split` pick a tfds name's splits, or slice a folder ("train[:80%]").
         pooling: `"token"`, `"avg"`, `"token+avg"` (DINOv2's) or `"model"` (`probe_features.pooled_features`).
         cache_dir: keep the features there too (`.npz`, keyed by weights, data, pooling and image size).
         l2_values, learning_rates: the sweep; `epochs`, `batch_size`: each classifier's training.
@@ -218,6 +289,9 @@ def linear_probe(model, train_source, test_source, *, train_split: str = "train"
         ValueError: pooling='median' is not a probe pooling; use one of ('model', 'token', 'avg', 'token+avg'): ...
     """
     l2_values, learning_rates = _check_arguments(l2_values, learning_rates, epochs, batch_size, validation_fraction)
+    _refuse_testing_on_training_images(train_source, train_split, test_source, test_split)
+    train_names, test_names = class_names_of(train_source), class_names_of(test_source)
+    check_test_classes(train_names, test_names, test_source)
     started = time.perf_counter()
     extractor = probe_features.pooled_features(model, pooling)
     size = tuple(extractor.input_shape[1:3]) if image_size is None else tuple(image_size)
@@ -233,11 +307,18 @@ def linear_probe(model, train_source, test_source, *, train_split: str = "train"
     feature_seconds = time.perf_counter() - started
 
     started = time.perf_counter()
+    test_y = labels_by_train_classes(test_y, train_names, test_names, test_source)
     classes = int(train_classes or train_y.max() + 1)
     if test_y.max() >= classes or min(train_y.min(), test_y.min()) < 0:
         raise ValueError(f"The test labels reach {int(test_y.max())}, beyond the {classes} classes of the train "
                          "split: probe a test split of the same classes.")
     fit, validation = carve_validation(len(train_y), validation_fraction, seed)
+    settings = len(l2_values) * len(learning_rates)
+    if settings > 1 and len(validation) < FEW_VALIDATION_EXAMPLES:
+        warnings.warn(f"The probe chooses among {settings} settings (L2 strength, learning rate) on "
+                      f"{len(validation)} validation image(s) ({validation_fraction:.0%} of {len(train_y)} train "
+                      "images): a choice that close to chance. Probe on more images, or fix the setting "
+                      "(one l2 value and one learning rate).", stacklevel=2)
     sweep = []
     for learning_rate in learning_rates:
         heads = fit_linear_heads(train_x[fit], train_y[fit], classes, l2_values, learning_rate=learning_rate,

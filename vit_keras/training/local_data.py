@@ -5,11 +5,15 @@
 
 - a **folder** `root/<class>/<image>` (`keras.utils.image_dataset_from_directory`'s layout): the class names are
   the sorted subfolder names, images are found in each class folder and below it (JPEG, PNG, GIF, BMP; other
-  files are skipped);
+  files are skipped; linked sub-folders are followed); a class folder without images is refused;
 - a **CSV** file with a header row `path,label` (one class per image), or `path,labels` (several per image,
   separated by `|` or written as a JSON list: a multi-label dataset), paths relative to the file's folder;
 - a **JSON-lines** file (`.jsonl`), one object per line: `{"path": ..., "label": ...}` or `{"path": ...,
   "labels": [...]}`.
+
+Each image may be listed once (a repeated row, or one path with two labels, is refused, since it would land on
+both sides of a holdout). A label is a string or an integer; `null`, `true`, a nested list, a control character,
+or one number written two ways (`1`, `01`, `+1`) are refused with the file, line and value.
 
 Class names are sorted (numerically when every name is an integer, so that label 10 stays class 10). A folder or
 file is one split: `split` takes a name (`"train"`, `"test"`, ...: all of it) and tfds' slicing, applied to the
@@ -34,6 +38,7 @@ import csv
 import json
 import os
 import re
+import unicodedata
 
 import numpy as np
 
@@ -83,11 +88,43 @@ def is_local_source(source) -> bool:
     return os.path.isdir(path) or path.lower().endswith(TABLE_SUFFIXES)
 
 
-def _class_order(names):
+def _class_order(names, first_seen=None):
+    """The sorted class names; `first_seen` ({name: where}) names, in an error, where two spellings of one number
+    (`1`, `01`, `+1`) come from."""
     names = set(names)
     if names and all(re.fullmatch(r"[+-]?\d+", name) for name in names):
+        by_number = {}
+        for name in sorted(names):
+            by_number.setdefault(int(name), []).append(name)
+        for number, spellings in by_number.items():
+            if len(spellings) > 1:
+                seen = first_seen or {}
+                places = "; ".join(f"{name!r} at {seen.get(name, 'a class folder')}" for name in spellings)
+                raise ValueError(f"The labels {spellings} are all the number {number} written differently ({places}); "
+                                 "they would become separate classes. Write each class's label one way.")
         return tuple(sorted(names, key=int))
     return tuple(sorted(names))
+
+
+def _images_below(class_root: str):
+    """The image files in `class_root` and its subfolders, sorted. Symbolic links to folders are followed (a
+    dataset assembled from links is common); a link back into a folder already walked would loop, and is refused."""
+    found, walked = [], {os.path.realpath(class_root)}
+    for folder, subfolders, files in os.walk(class_root, followlinks=True):
+        kept = []
+        for entry in sorted(subfolders):
+            if entry.startswith("."):
+                continue
+            real = os.path.realpath(os.path.join(folder, entry))
+            if real in walked:
+                raise ValueError(f"{os.path.join(folder, entry)!r} is a link to {real!r}, a folder already read "
+                                 "(a loop, or the same images twice); remove the link.")
+            walked.add(real)
+            kept.append(entry)
+        subfolders[:] = kept
+        found.extend(os.path.join(folder, file) for file in sorted(files)
+                     if file.lower().endswith(IMAGE_SUFFIXES) and not file.startswith("."))
+    return found
 
 
 def _read_folder(root: str):
@@ -102,18 +139,33 @@ def _read_folder(root: str):
         raise ValueError(f"The folder {root!r} has files but no class subfolders: move each image into a subfolder "
                          f"named after its class ({os.path.join(root, 'cat', '001.jpg')}), or list them in a CSV "
                          "file with a header row path,label.")
-    examples = []
+    examples, empty = [], []
     for name in sorted(classes):
-        for folder, subfolders, files in os.walk(os.path.join(root, name)):
-            subfolders[:] = sorted(entry for entry in subfolders if not entry.startswith("."))
-            for file in sorted(files):
-                if file.lower().endswith(IMAGE_SUFFIXES) and not file.startswith("."):
-                    path = os.path.join(folder, file)
-                    examples.append((path, [name], repr(path)))
+        paths = _images_below(os.path.join(root, name))
+        if not paths:
+            empty.append(name)
+        examples.extend((path, [name], repr(path)) for path in paths)
     if not examples:
         raise ValueError(f"The class subfolders of {root!r} ({', '.join(sorted(classes))}) hold no images "
                          f"({', '.join(IMAGE_SUFFIXES)} files): put the images in them.")
-    return examples, _class_order(classes), False
+    if empty:
+        raise ValueError(f"The class folder(s) {[os.path.join(root, name) for name in empty]} hold no images "
+                         f"({', '.join(IMAGE_SUFFIXES)} files), so the model would learn a class it never sees: put "
+                         "images in them, or move them out of the dataset folder (or rename them to start with '.').")
+    return examples, _class_order(classes, {name: repr(os.path.join(root, name)) for name in classes}), False
+
+
+def _label_text(value, where: str) -> str:
+    """One class name as text: a string or an integer; anything else (null, true, a number with a fraction, a list
+    inside the list) would become a class named after Python's spelling of it, and is refused."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"{where}: the label {json.dumps(value)} is not a class name; write each label as a "
+                         'string (e.g. "cat") or an integer.')
+    text = str(value).strip()
+    control = [char for char in text if unicodedata.category(char) == "Cc"]
+    if control:
+        raise ValueError(f"{where}: the label {text!r} holds the control character {control[0]!r}; remove it.")
+    return text
 
 
 def _labels_of(value, multi_label: bool, where: str) -> list[str]:
@@ -130,12 +182,12 @@ def _labels_of(value, multi_label: bool, where: str) -> list[str]:
                 value = [part for part in text.split(LABEL_SEPARATOR) if part.strip()]
         if not isinstance(value, list):
             raise ValueError(f"{where}: `labels` must be a list of class names, got {value!r}.")
-        labels = [str(label).strip() for label in value]
+        labels = [_label_text(label, where) for label in value]
     else:
         if isinstance(value, list | dict) or value is None:
             raise ValueError(f"{where}: `label` must be one class name, got {value!r}; name the column `labels` for "
                              "several classes per image.")
-        labels = [str(value).strip()]
+        labels = [_label_text(value, where)]
     if any(not label for label in labels):
         raise ValueError(f"{where}: a label is empty; give every image its class name.")
     return labels
@@ -173,7 +225,7 @@ def _rows(path: str):
 def _read_table(path: str):
     """[(image path, [class names], where)] of a CSV / JSON-lines file, and whether it is multi-label."""
     folder = os.path.dirname(os.path.abspath(path))
-    examples, names, multi_label = [], set(), None
+    examples, first_seen, multi_label = [], {}, None
     for row, number in _rows(path):
         where = f"{path!r} line {number}"
         if multi_label is None:
@@ -186,11 +238,28 @@ def _read_table(path: str):
         if not image:
             raise ValueError(f"{where}: the path is empty; give the image file, relative to {folder!r}.")
         labels = _labels_of(row[key], multi_label, where)
-        names.update(labels)
+        for label in labels:
+            first_seen.setdefault(label, f"{where} ({label!r})")
         examples.append((os.path.join(folder, image), labels, where))
     if not examples:
         raise ValueError(f"{path!r} lists no images: add rows of path,label below the header.")
-    return examples, _class_order(names), bool(multi_label)
+    return examples, _class_order(first_seen, first_seen), bool(multi_label)
+
+
+def _refuse_repeated_images(examples) -> None:
+    """The same image listed twice (a repeated row, two labels for one path, a link to a file in another class)
+    would land in both sides of a holdout, or teach two answers for one image."""
+    seen = {}
+    for path, labels, where in examples:
+        real = os.path.realpath(path)
+        if real in seen:
+            other_labels, other_where = seen[real]
+            same = "with the same label(s)" if other_labels == labels else \
+                f"with the label(s) {other_labels} there and {labels} here"
+            raise ValueError(f"{where} lists the image {path!r} again ({other_where} has it, {same}); each image "
+                             "may appear once, or it is both trained and validated on: remove the repeat (for an "
+                             "image of several classes, use a `labels` column).")
+        seen[real] = (labels, where)
 
 
 def _slice(count: int, split: str | None, source: str) -> slice:
@@ -206,6 +275,9 @@ def _slice(count: int, split: str | None, source: str) -> slice:
         if text in ("", "+", "-"):
             return None
         if percent:
+            if abs(float(text)) > 100:
+                raise ValueError(f"The split {split!r} of {source!r} cuts at {text}%, outside -100% to 100%; a "
+                                 "slice takes at most all the images, e.g. 'train[:90%]' or 'train[-10%:]'.")
             return round(count * float(text) / 100)
         if "." in text:
             raise ValueError(f"The split {split!r} of {source!r} cuts at {text} images: use a whole number, or "
@@ -267,11 +339,14 @@ def read_examples(source):
     """
     path = os.fspath(source)
     if os.path.isdir(path):
-        return _read_folder(path)
-    if not os.path.isfile(path):
+        read = _read_folder(path)
+    elif not os.path.isfile(path):
         raise ValueError(f"{path!r} does not exist: pass a folder of class subfolders, or a .csv / .jsonl file of "
                          "path,label rows.")
-    return _read_table(path)
+    else:
+        read = _read_table(path)
+    _refuse_repeated_images(read[0])
+    return read
 
 
 def load(source, split: str = "train", *, class_names=None, seed: int = SPLIT_SEED, check: str = "decode"):
@@ -317,6 +392,40 @@ def load(source, split: str = "train", *, class_names=None, seed: int = SPLIT_SE
     dataset = tf.data.Dataset.from_tensor_slices((paths, labels)).map(
         lambda path, label: (_decode(path), label), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return Split(dataset, len(names), len(chosen), f"{name}[{split}]", class_names=names, multi_label=multi_label)
+
+
+def relabel(split, class_names, role: str = "data"):
+    """`split` (a `data.Split`) with its labels as indices into `class_names`, the classes a model was trained on,
+    when the split numbers its own classes (a validation or test folder lacking a class numbers the others
+    differently: scored by its own order, the wrong classes would be compared). Returned unchanged when either has
+    no class names or they agree; a class outside `class_names` is a `ValueError` naming it (`role` says which
+    data, e.g. "validation data").
+
+    Example:
+        >>> write_colour_squares("val", colours=("red",))
+        >>> relabel(load("val"), ("blue", "red")).class_names
+        ('blue', 'red')
+    """
+    import dataclasses
+
+    own = getattr(split, "class_names", None)
+    if own is None or class_names is None or tuple(own) == tuple(class_names):
+        return split
+    import tensorflow as tf
+
+    names = tuple(str(name) for name in class_names)
+    unknown = [name for name in own if name not in names]
+    if unknown:
+        raise ValueError(f"The {role} {split.name} has the class(es) {unknown}, which are not among the model's "
+                         f"{len(names)} classes {list(names)[:20]}; fix its labels, or train on data that has them.")
+    position = np.asarray([names.index(name) for name in own], np.int64)
+    if split.multi_label:  # multi-hot over its own classes -> over `names`
+        moves = np.zeros((len(own), len(names)), np.float32)
+        moves[np.arange(len(own)), position] = 1.0
+        dataset = split.dataset.map(lambda image, label: (image, tf.linalg.matvec(moves, label, transpose_a=True)))
+    else:
+        dataset = split.dataset.map(lambda image, label: (image, tf.gather(position, label)))
+    return dataclasses.replace(split, dataset=dataset, num_classes=len(names), class_names=names)
 
 
 def label_metadata(split) -> dict | None:

@@ -31,7 +31,7 @@ class TrainResult:
 
     Example:
         >>> [field.name for field in dataclasses.fields(TrainResult)]  # `train` returns one; see its example
-        ['model', 'history', 'metrics', 'updates', 'output_dir', 'plan', 'input_path']
+        ['model', 'history', 'metrics', 'updates', 'output_dir', 'plan', 'input_path', 'lora']
     """
 
     model: object
@@ -41,6 +41,7 @@ class TrainResult:
     output_dir: str
     plan: object
     input_path: str = ""  # how the training batches reached the step (`device_prefetch.choose_input_path`)
+    lora: dict | None = None  # a LoRA run's rank, targets, alpha and trainable count (`lora_report`)
 
 
 def _patch_size(model) -> int | None:
@@ -116,6 +117,43 @@ def _check_dropout(model, config) -> None:
             )
 
 
+def lora_report(model) -> dict | None:
+    """What a LoRA run trains, for its log, `results.json` and TensorBoard: `{"rank", "targets", "alpha",
+    "trainable_parameters", "parameters"}` (the adapters and head against every weight, adapters included); None
+    for a model without adapters.
+
+    Example:
+        >>> from vit_keras.training import lora
+        >>> report = lora_report(lora(tiny_model, rank=2))
+        >>> report["rank"], report["targets"], report["trainable_parameters"] < report["parameters"]
+        (2, 'qv', True)
+    """
+    from vit_keras.training.lora import lora_settings
+
+    settings = lora_settings(model)
+    if settings is None:
+        return None
+
+    def count(variables):
+        return int(sum(np.prod(variable.shape) for variable in variables))
+
+    return {**settings, "trainable_parameters": count(model.trainable_weights), "parameters": count(model.weights)}
+
+
+def _refuse_output_inside_data(output_dir, *sources) -> None:
+    """A run writes logs/, checkpoints/ and backup/ into `output_dir`: inside a folder of class subfolders they
+    would be read as classes (of checkpoint files) by the next run on it."""
+    out = os.path.realpath(os.fspath(output_dir))
+    for source in sources:
+        if not isinstance(source, str) or not os.path.isdir(source):
+            continue
+        folder = os.path.realpath(source)
+        if out == folder or out.startswith(folder.rstrip(os.sep) + os.sep):
+            raise ValueError(f"The output directory {os.fspath(output_dir)!r} is inside the image folder {source!r}: "
+                             "its logs/, checkpoints/ and backup/ would become classes of the next run on that "
+                             "folder. Write the run elsewhere, e.g. --output-dir runs/NAME beside the folder.")
+
+
 def _outputs_probabilities(model) -> bool:
     last = model.layers[-1]
     return last.name == "predictions" and getattr(last, "activation", None) is not None and \
@@ -123,8 +161,8 @@ def _outputs_probabilities(model) -> bool:
 
 
 def _as_split(source, split, data_dir, num_classes, class_names=None):
-    if isinstance(source, data.Split):
-        return source
+    if isinstance(source, data.Split):  # validation data numbered by its own classes: by the training's instead
+        return local_data.relabel(source, class_names, "validation data")
     return data.load(source, split, data_dir=data_dir, num_classes=num_classes, class_names=class_names)
 
 
@@ -331,7 +369,7 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
           validation_split: str | None = None, validation_fraction: float = VALIDATION_FRACTION,
           data_dir: str | None = None, strategy=None, tpu: str | None = None, num_classes: int | None = None,
           verbose="auto", callbacks=(), distribution=None, lora_rank: int | None = None,
-          lora_targets: str = "qv", device_prefetch: bool | None = None) -> TrainResult:
+          lora_targets: str | None = None, device_prefetch: bool | None = None) -> TrainResult:
     """Train the model `build_model()` returns on `train_data` with `config` (see `finetune` / `pretrain`).
 
     `build_model` is called inside the strategy's scope under the chosen dtype policy, so its variables land on
@@ -355,8 +393,10 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
     `output_dir` receives `logs/` (TensorBoard), `checkpoints/best.keras` and `last.keras`, `backup/` (emptied
     when the run completes) and `results.json`. Running the same call again after an interruption resumes at
     the last backed-up step. `callbacks` are further Keras callbacks, run after the run's own. Returns a
-    `TrainResult`. `lora_rank` fine-tunes LoRA adapters of that rank on `lora_targets` (`training.lora`) and the
-    head only, every other weight frozen; the checkpoints hold the update folded into plain kernels.
+    `TrainResult`. `lora_rank` fine-tunes LoRA adapters of that rank on `lora_targets` (`training.lora`; default
+    "qv") and the head only, every other weight frozen; the checkpoints hold the update folded into plain kernels.
+    `output_dir` may not be a folder of images being trained on, nor inside one (its folders would become
+    classes on the next run).
 
     `device_prefetch` (None: from the hardware) keeps the next training batch on the accelerator while the current
     step runs where the backend does not already (`training.device_prefetch`): False keeps the plain path. The
@@ -374,9 +414,13 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
     """
     import keras
 
+    if lora_targets is not None and lora_rank is None:
+        raise ValueError(f"lora_targets={lora_targets!r} applies to LoRA, and no lora_rank is given: the whole model "
+                         "would train. Pass lora_rank (on the command line --lora RANK), or drop lora_targets.")
     # A pathlib.Path to your own images is the same source as its string (the holdout compares them).
     train_data, validation_data = (os.fspath(source) if isinstance(source, os.PathLike) else source
                                    for source in (train_data, validation_data))
+    _refuse_output_inside_data(output_dir, train_data, validation_data)
     train_split, validation_split = _resolve_splits(train_data, validation_data, train_split, validation_split,
                                                     validation_fraction)
     if distribution is not None:
@@ -402,7 +446,12 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
             with strategy.scope():
                 model = build_model()
                 if lora_rank is not None:
-                    enable_lora(model, rank=lora_rank, targets=lora_targets)
+                    enable_lora(model, rank=lora_rank, targets=lora_targets or "qv")
+            lora = lora_report(model)
+            if lora is not None:
+                logger.info("LoRA: rank %d on %s (alpha %g): %s of %s weights train (adapters and head).",
+                            lora["rank"], lora["targets"], lora["alpha"], f"{lora['trainable_parameters']:,}",
+                            f"{lora['parameters']:,}")
             classes = int(model.output_shape[-1])
             pipelines = _model_pipelines(model, config, classes)
             _check_dropout(model, config)
@@ -419,7 +468,7 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
                 model.compile(optimizer=make_optimizer(config), loss=loss, metrics=metrics,
                               jit_compile=plan.jit_compile)
             return _fit(model, strategy, plan, config, train_split_data, validation, classes, pipelines,
-                        output_dir, verbose, list(callbacks), metric, device_prefetch)
+                        output_dir, verbose, list(callbacks), metric, device_prefetch, lora)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -481,7 +530,7 @@ class _NaflexPipelines:
 
 
 def _fit(model, strategy, plan, config, train_split_data, validation, classes, pipelines, output_dir, verbose,
-         extra_callbacks, metric="accuracy", device_prefetch=None):
+         extra_callbacks, metric="accuracy", device_prefetch=None, lora=None):
     import keras
     import tensorflow as tf
 
@@ -517,7 +566,9 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, p
         # Per-epoch only: its batch axis restarts at 0 on every fit() (one per resume); TrainingMonitor writes
         # the batch curves keyed by optimizer updates instead.
         cb.EpochTensorBoard(dirs.log_dir),
-        cb.TrainingMonitor(dirs.log_dir, config.to_dict(), config.micro_batch_size, pipelines.images(sample[0]),
+        cb.TrainingMonitor(dirs.log_dir, {**config.to_dict(), **{f"lora_{key}": value for key, value in
+                                                                  (lora or {}).items()}},
+                           config.micro_batch_size, pipelines.images(sample[0]),
                            every=max(micro_per_epoch // 10, 1), deferred=deferred),
         # Before the backup, so that a backup taken at an epoch's end holds that epoch's best value.
         best_checkpoint,
@@ -535,7 +586,7 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, p
     if dirs.chief:
         results = json.dumps({"updates": updates, "metrics": metrics, "config": config.to_dict(),
                               "policy": plan.policy, "jit_compile": plan.jit_compile, "notes": list(plan.notes),
-                              "input": input_path.description,
+                              "input": input_path.description, **({"lora": lora} if lora else {}),
                               "best_checkpoint": {"monitor": monitor, "value": best_checkpoint.best,
                                                   "summary": best_summary},
                               **({"labels": labels} if (labels := local_data.model_labels(model)) else {})},
@@ -543,4 +594,4 @@ def _fit(model, strategy, plan, config, train_split_data, validation, classes, p
         write_text(os.path.join(output_dir, "results.json"), results)
     backup.discard()
     dirs.remove_scratch()
-    return TrainResult(model, history, metrics, updates, output_dir, plan, input_path.description)
+    return TrainResult(model, history, metrics, updates, output_dir, plan, input_path.description, lora)

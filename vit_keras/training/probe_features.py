@@ -145,15 +145,16 @@ def _content_digest(dataset) -> str:
 def load_split(source, split: str, data_dir: str | None = None):
     """`(data.Split, identity)`: the split to read and a string that changes whenever its examples may.
 
-    A tfds name is identified by name, version and split; a `tf.data.Dataset` or `data.Split` by a digest of its
-    examples (read once, without the model).
+    A tfds name is identified by name, version and split; your own images (a folder of class subfolders, a `.csv`
+    or `.jsonl` file), a `tf.data.Dataset` or a `data.Split` by a digest of its examples (read once, without the
+    model).
 
     Example:
         >>> loaded, identity = load_split("vit_keras_digits", "test")
         >>> loaded.num_examples, identity.startswith("tfds:vit_keras_digits:")
         (360, True)
     """
-    from vit_keras.training import data
+    from vit_keras.training import data, local_data
 
     if isinstance(source, data.Split):
         return source, f"examples:{_content_digest(source.dataset)}"
@@ -164,7 +165,7 @@ def load_split(source, split: str, data_dir: str | None = None):
             raise
         raise ValueError(f"Split {split!r} of {source!r} selects no examples; pass a split with images (tfds "
                          "slicing such as 'train[:90%]' must leave some).") from None
-    if isinstance(source, str):
+    if isinstance(source, str) and not local_data.is_local_source(source):
         version = data._tfds_builder(source, data_dir).info.version
         return loaded, f"tfds:{source}:{version}:{split}"
     return loaded, f"examples:{_content_digest(loaded.dataset)}"

@@ -4,13 +4,15 @@ Signatures (images are RGB in [0, 255]; the features are projected, not normalis
 are UTF-8 strings, tokenized inside the graph by the checkpoint's own tokenizer, `vit_keras.zeroshot.graph_tokenizer`):
 
 - `encode_image`: `images` float32 (batch, H, W, 3) → `image_features`.
-- `encode_image_bytes` (models of a fixed image size): `image_bytes` string (batch,), encoded JPEG/PNG/GIF/BMP,
-  decoded and resized as `vit_keras.export` does (bilinear, no crop) → `image_features`. A request with an image
-  that cannot be decoded fails as a whole.
+- `encode_image_bytes`: `image_bytes` string (batch,), encoded JPEG/PNG/GIF/BMP → `image_features`. A model of a
+  fixed image size gets each image resized as `vit_keras.export` does (bilinear, no crop); a model of any image
+  size (SigLIP 2 NaFlex) gets each image at its own aspect ratio, resized to at most `max_num_patches` patches as
+  `naflex_saved_model` and SigLIP 2's processor do (bilinear, antialiased; `naflex_size`), one image at a time. A
+  request with an image that cannot be decoded fails as a whole.
 - `encode_text`: `texts` string (batch,) → `text_features`.
 - `tokenize`: `texts` → `token_ids`, `attention_mask` int32 (batch, context_length), as `ZeroShotModel.tokenize`.
 - `classify`: `images`, `texts` → `logits_per_image` (batch, texts) and `scores` (softmax over the texts for CLIP,
-  a sigmoid per text for SigLIP); `classify_image_bytes`: the same from `image_bytes` (fixed image size).
+  a sigmoid per text for SigLIP); `classify_image_bytes`: the same from `image_bytes`.
 - `encode_token_ids` and `classify_token_ids`: the same from `token_ids`, `attention_mask` int32 (batch,
   T ≤ context) instead of strings, for clients that tokenize themselves.
 - `classify_labels` (when `class_names` are given at export): `images` → `scores` (batch, classes) over the class
@@ -45,6 +47,8 @@ from vit_keras.zeroshot.text import ATTENTION_MASK, TOKEN_IDS
 IMAGES = "images"
 IMAGE_BYTES = "image_bytes"
 TEXTS = "texts"
+# The patch budget of a model of any image size (SigLIP 2 NaFlex) when none is given: Siglip2ImageProcessor's.
+DEFAULT_MAX_NUM_PATCHES = 256
 
 
 def _check(model) -> None:
@@ -61,8 +65,39 @@ def _check(model) -> None:
                          "[0, 255]: build it with vit_keras.zeroshot.from_pretrained(..., include_preprocessing=True).")
 
 
+def _any_size_image_decoder(model, max_num_patches: int, max_pixels: int):
+    """Encoded images → image features (batch, E) for a model of any image size: each image decoded, resized to its
+    own aspect ratio at most `max_num_patches` patches, and run alone (the sizes differ, so they cannot stack)."""
+    import tensorflow as tf
+
+    from vit_keras.export.signatures import check_encoded_image
+    from vit_keras.naflex_data import naflex_size_graph
+    from vit_keras.preprocessing import check_max_num_patches
+
+    if model.patch_size is None:
+        raise ValueError("This model takes images of any size, and its vision config names no patch_size to size "
+                         "them by: export it with a fixed size, vit_keras.zeroshot.from_pretrained(..., "
+                         "image_size=(height, width)).")
+    patch_size = int(model.patch_size)
+    max_num_patches = check_max_num_patches(max_num_patches, patch_size)
+    width = int(model.image_model.output_shape[-1])
+
+    def features(data):
+        data = check_encoded_image(data, max_pixels)
+        image = tf.io.decode_image(data, channels=3, expand_animations=False, dtype=tf.uint8)
+        height, width_ = naflex_size_graph(tf.shape(image)[0], tf.shape(image)[1], patch_size, max_num_patches)
+        image = tf.image.resize(tf.cast(image, tf.float32), tf.stack([height, width_]), method="bilinear",
+                                antialias=True)
+        return model.image_model(image[None], training=False)[0]
+
+    def decode(image_bytes):
+        return tf.map_fn(features, image_bytes, fn_output_signature=tf.TensorSpec((width,), tf.float32))
+
+    return decode
+
+
 def build_module(model, class_names=None, templates=None, max_image_pixels=None, strings: bool = True,
-                 max_text_length=None):
+                 max_text_length=None, max_num_patches=None):
     """`(module, signatures)`: a `tf.Module` holding the towers' variables, the tokenizer's tables and the serving
     `tf.function`s."""
     import tensorflow as tf
@@ -134,25 +169,31 @@ def build_module(model, class_names=None, templates=None, max_image_pixels=None,
             return scored(model.logits_layer(image_features(images), string_features(texts)))
 
         functions.update(encode_text=encode_text, tokenize=tokenize, classify=classify)
+    from vit_keras.images import max_image_pixels as default_max_pixels
+
+    limit = default_max_pixels() if max_image_pixels is None else int(max_image_pixels)
     if image_size is not None:
-        from vit_keras.images import max_image_pixels as default_max_pixels
+        if max_num_patches is not None:
+            raise ValueError(f"max_num_patches={max_num_patches} sizes the images of a model of any image size "
+                             f"(SigLIP 2 NaFlex); this one takes {image_size[0]}x{image_size[1]} images: drop it.")
 
-        limit = default_max_pixels() if max_image_pixels is None else int(max_image_pixels)
+        def bytes_features(image_bytes):
+            return image_features(decode_images(image_bytes, image_size, limit))
+    else:
+        bytes_features = _any_size_image_decoder(
+            model, DEFAULT_MAX_NUM_PATCHES if max_num_patches is None else max_num_patches, limit)
 
-        def decoded(image_bytes):
-            return decode_images(image_bytes, image_size, limit)
+    @tf.function(input_signature=[bytes_spec], autograph=False)
+    def encode_image_bytes(image_bytes):
+        return {"image_features": bytes_features(image_bytes)}
 
-        @tf.function(input_signature=[bytes_spec], autograph=False)
-        def encode_image_bytes(image_bytes):
-            return {"image_features": image_features(decoded(image_bytes))}
+    functions["encode_image_bytes"] = encode_image_bytes
+    if strings:
+        @tf.function(input_signature=[bytes_spec, texts_spec], autograph=False)
+        def classify_image_bytes(image_bytes, texts):
+            return scored(model.logits_layer(bytes_features(image_bytes), string_features(texts)))
 
-        functions["encode_image_bytes"] = encode_image_bytes
-        if strings:
-            @tf.function(input_signature=[bytes_spec, texts_spec], autograph=False)
-            def classify_image_bytes(image_bytes, texts):
-                return scored(model.logits_layer(image_features(decoded(image_bytes)), string_features(texts)))
-
-            functions["classify_image_bytes"] = classify_image_bytes
+        functions["classify_image_bytes"] = classify_image_bytes
     if class_names is not None:
         names = list(class_names)
         class_features = tf.constant(model.class_text_features(names, templates), tf.float32)
@@ -175,11 +216,13 @@ def build_module(model, class_names=None, templates=None, max_image_pixels=None,
 
 
 def saved_model(model, export_dir, *, class_names=None, templates=None, overwrite: bool = False,
-                max_image_pixels=None, strings: bool = True, max_text_length=None) -> str:
+                max_image_pixels=None, strings: bool = True, max_text_length=None, max_num_patches=None) -> str:
     """Write the SavedModel of `model` (a `ZeroShotModel` built with `include_preprocessing=True`) to
     `export_dir` and return its path; `class_names` (and `templates`) add `classify_labels`; `strings=False`
     leaves out the signatures that take text as strings; `max_text_length`: the most characters a text may have
-    (default `graph_tokenizer.MAX_TEXT_LENGTH`, 2,048), a bound on a request's cost."""
+    (default `graph_tokenizer.MAX_TEXT_LENGTH`, 2,048), a bound on a request's cost; `max_num_patches`: for a model
+    of any image size (SigLIP 2 NaFlex), the most patches the bytes signatures resize an image to (default 256,
+    SigLIP 2's processor's)."""
     import tensorflow as tf
 
     from vit_keras.files import atomic_directory
@@ -188,7 +231,7 @@ def saved_model(model, export_dir, *, class_names=None, templates=None, overwrit
     if class_names is not None and not list(class_names):
         raise ValueError("class_names is empty; pass the labels classify_labels should score, or None.")
     module, functions = build_module(model, class_names, templates, max_image_pixels, strings=strings,
-                                     max_text_length=max_text_length)
+                                     max_text_length=max_text_length, max_num_patches=max_num_patches)
     with atomic_directory(export_dir, overwrite=overwrite) as tmp:
         tf.saved_model.save(module, tmp, signatures=functions)
     return export_dir
