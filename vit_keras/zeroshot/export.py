@@ -70,9 +70,8 @@ def _any_size_image_decoder(model, max_num_patches: int, max_pixels: int):
     own aspect ratio at most `max_num_patches` patches, and run alone (the sizes differ, so they cannot stack)."""
     import tensorflow as tf
 
-    from vit_keras.export.signatures import check_encoded_image
-    from vit_keras.naflex_data import naflex_size_graph
-    from vit_keras.preprocessing import check_max_num_patches
+    from vit_keras.export.image_bytes import check_encoded_image
+    from vit_keras.preprocessing import check_max_num_patches, naflex_size_graph
 
     if model.patch_size is None:
         raise ValueError("This model takes images of any size, and its vision config names no patch_size to size "
