@@ -110,7 +110,9 @@ def build_pretrained(args, **overrides):
         raise ValueError(f"--model {source!r} is neither a paper variant ({', '.join(VARIANTS)}) nor a checkpoint: "
                          "pass a checkpoint directory or file, a hub id (hf-hub:ORG/NAME) or a registered name "
                          "(see vit_keras.list_weights()).")
-    size = {} if args.image_size is None else {"image_size": args.image_size}
+    # Without --image-size the checkpoint's own size: a training run and the input pipeline need a fixed one, even for
+    # a model whose position encoding takes any grid (RoPE-only checkpoints load as any-size models by default).
+    size = {"any_image_size": False} if args.image_size is None else {"image_size": args.image_size}
     return vit_keras.from_pretrained(source, classes=args.classes, **size, **overrides)
 
 

@@ -32,7 +32,8 @@ def _resize_like(x, images):
     height, width = images.shape[1], images.shape[2]
     if height is None or width is None:
         raise ValueError("Dense heads resize their output to the images' size, which must be known when the model "
-                         "is built: build the backbone with a fixed image_size.")
+                         "is built: build the backbone with a fixed image_size (vit_keras.from_pretrained(source, "
+                         "any_image_size=False) keeps the checkpoint's own size).")
     return ops.image.resize(x, (height, width), interpolation="bilinear")
 
 

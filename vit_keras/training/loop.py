@@ -84,7 +84,9 @@ def _model_pipelines(model, config, classes: int):
 def _check_model(model, config) -> tuple[int, int]:
     height, width = model.input_shape[1:3]
     if height is None or width is None:
-        raise ValueError("Build the model with a fixed image_size: XLA and the input pipeline need static shapes.")
+        raise ValueError(f"Model {model.name!r} takes images of any size; build it with a fixed image_size "
+                         "(vit_keras.from_pretrained(source, any_image_size=False) keeps the checkpoint's own size, "
+                         "image_size=(height, width) picks one): XLA and the input pipeline need static shapes.")
     if config.image_size is not None:
         wanted = data._as_hw(config.image_size)
         if wanted != (height, width):
