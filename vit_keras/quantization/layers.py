@@ -101,7 +101,11 @@ def fake_quant_kernel(kernel, output_axes):
     if _ROUND_FOR_CONVERTER[0]:
         flat = _round_to_grid(flat, bounds)
     else:
-        flat = fake_quant(flat, -bounds, bounds, axis=-1, narrow_range=True)
+        # Every weight lies inside its channel's range by construction, so the straight-through gradient is the
+        # identity; written as such, since JAX and PyTorch nudge the range in their own float32 arithmetic and can
+        # put a channel's largest weight a rounding outside it, which would zero that weight's gradient.
+        rounded = fake_quant(flat, -bounds, bounds, axis=-1, narrow_range=True)
+        flat = flat + ops.stop_gradient(rounded - flat)
     if len(moved_shape) == 2 and order == [0, 1]:
         return flat
     moved = ops.reshape(flat, moved_shape)
@@ -126,6 +130,52 @@ class PixelRange(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return input_shape
+
+
+# TFLite's int8 softmax output: scale 1/256, zero point -128, i.e. the 256 steps k/256 of [0, 255/256].
+PROBABILITY_RANGE = (0.0, 255.0 / 256.0)
+
+
+@keras.saving.register_keras_serializable(package="vit_keras")
+class ProbabilityRange(keras.layers.Layer):
+    """Probabilities rounded to TFLite's int8 softmax grid (steps of 1/256), as the int8 file computes them: the
+    attention weights before their product with the values, and a classifier's output.
+
+    Example:
+        >>> [float(v) for v in ProbabilityRange()(ops.convert_to_tensor([0.0, 0.5, 0.0021]))]
+        [0.0, 0.5, 0.00390625]
+    """
+
+    def call(self, probabilities):
+        return fake_quant(probabilities, *PROBABILITY_RANGE)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
+class FakeQuantSoftmax(keras.layers.Softmax):
+    """The attention's `Softmax` with its output on the int8 grid the converter gives it (`ProbabilityRange`):
+    the int8 file multiplies int8 attention weights with the int8 values."""
+
+    def call(self, inputs, mask=None):
+        return fake_quant(super().call(inputs, mask=mask), *PROBABILITY_RANGE)
+
+
+def make_fake_quant_attention(layer):
+    """Round the attention weights of a `keras.layers.MultiHeadAttention` (vit_keras' attention layers included)
+    to the int8 softmax grid, in place: its softmax becomes a `FakeQuantSoftmax`, and a vit_keras attention takes
+    its explicit-scores path (`attention_path="einsum"`), the one that calls that softmax.
+
+    Example:
+        >>> attention = keras.layers.MultiHeadAttention(2, 4)
+        >>> type(make_fake_quant_attention(attention)._softmax).__name__
+        'FakeQuantSoftmax'
+    """
+    if type(layer._softmax) is keras.layers.Softmax:
+        layer._softmax.__class__ = FakeQuantSoftmax
+    if hasattr(layer, "attention_path"):
+        layer.attention_path = "einsum"
+    return layer
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")

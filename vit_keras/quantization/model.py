@@ -30,7 +30,9 @@ from vit_keras.quantization.layers import (
     ActivationRange,
     FakeQuantMatmul,
     PixelRange,
+    ProbabilityRange,
     make_fake_quant,
+    make_fake_quant_attention,
 )
 
 # A range narrower than this cannot be an int8 grid of a real activation: every value would round to the same step.
@@ -122,6 +124,13 @@ def _check_float(model) -> None:
         raise ValueError(f"{model.name!r} has no Dense or EinsumDense layer to quantize.")
 
 
+def _ends_in_softmax(model) -> bool:
+    """Whether `model`'s output is a softmax's (its `predictions` layer, or a `Dense(n, activation="softmax")`)."""
+    last = model.layers[-1]
+    activation = getattr(last, "activation", None)
+    return isinstance(last, keras.layers.Softmax) or getattr(activation, "__name__", None) == "softmax"
+
+
 def _copy(model):
     """A copy of `model` with its own variables, so that the float model stays as it was."""
     copy = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(model))
@@ -144,6 +153,8 @@ class QuantizeAwareModel(keras.Model):
         for layer in list(model._flatten_layers(include_self=False)):
             if type(layer) in FAKE_QUANT_CLASSES:
                 make_fake_quant(layer, momentum)
+            elif isinstance(layer, keras.layers.MultiHeadAttention):
+                make_fake_quant_attention(layer)
         if not isinstance(model.input, keras.KerasTensor):
             raise ValueError(f"quantize_aware takes a model of one image input; {model.name!r} takes "
                              f"{keras.tree.map_structure(lambda x: tuple(x.shape), model.input)}.")
@@ -152,6 +163,8 @@ class QuantizeAwareModel(keras.Model):
         # A model that rescales [0, 255] itself reads pixels, which an integer-input file takes as uint8; one that
         # takes [-1, 1] is left as it is (its signature rescales in float).
         outputs = model(PixelRange(name="pixel_range")(images) if rescales else images)
+        if _ends_in_softmax(model):
+            outputs = ProbabilityRange(name="probability_range")(outputs)
         super().__init__(images, outputs, name=name or f"{model.name}_qat", **kwargs)
         self._float_config = float_config
         self.momentum = float(momentum)
