@@ -119,9 +119,11 @@ def calibrated():
     return model, qat
 
 
-@pytest.mark.parametrize("kind", [
-    "vit", *(pytest.param(kind, marks=pytest.mark.slow) for kind in KINDS if kind != "vit")])
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(KINDS))
 def test_every_matmul_is_fake_quantized_and_the_model_trains_saves_and_reloads(kind, tmp_path):
+    """One `fit` step on the plain ViT (the others: one calibration pass, which updates the ranges the same way
+    without compiling a training step)."""
     model = _float_model(kind)
     before = [np.array(v) for v in model.weights]
     qat = quantize_aware(model)
@@ -129,14 +131,17 @@ def test_every_matmul_is_fake_quantized_and_the_model_trains_saves_and_reloads(k
                                                                              keras.layers.EinsumDense)]
     assert len(fake_quant_layers(qat)) == len(matmuls) > 0
     x, labels = images(4), np.arange(4) % 5
-    qat.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
-    qat.fit(x, labels, batch_size=4, epochs=1, verbose=0)
+    if kind == "vit":
+        qat.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+        qat.fit(x, labels, batch_size=4, epochs=1, verbose=0)
+    else:
+        calibrate(qat, x)
     ranges = activation_ranges(qat)
     assert len(ranges) == 2 * len(matmuls) and all(updates == 1 for _, _, updates in ranges.values())
     for old, new in zip(before, model.weights):  # the float model is left as it was
         np.testing.assert_array_equal(old, np.array(new))
     expected = _predict(qat, x)
-    assert not np.allclose(expected, _predict(model, x), atol=1e-4)  # trained, and rounded
+    assert not np.allclose(expected, _predict(model, x), atol=1e-4)  # rounded (and, for the ViT, trained)
 
     path = str(tmp_path / "qat.keras")
     qat.save(path)
@@ -145,6 +150,7 @@ def test_every_matmul_is_fake_quantized_and_the_model_trains_saves_and_reloads(k
     np.testing.assert_array_equal(_predict(reloaded, x), expected)
 
 
+@pytest.mark.slow
 def test_int8_file_uses_the_learned_ranges_and_per_channel_kernels(calibrated, tmp_path):
     """Every int8 FULLY_CONNECTED reads and writes on a grid learned in training (scale (max - min) / 255 of one
     of the model's ranges, to float32 rounding: 1e-6 relative), with the kernel rounded per output channel
@@ -216,3 +222,76 @@ def test_int8_export_refuses_what_it_cannot_write_and_writes_nothing(calibrated,
     with pytest.raises(ValueError, match=rf"{output_range.path}' .*collapsed to zero width"):
         export.tflite(collapsed, path, quantization="int8")
     assert os.listdir(tmp_path) == []
+
+
+def _training_model():
+    import vit_keras
+    from tests.tiny import TINY_TRAINING
+
+    keras.utils.set_random_seed(0)
+    return vit_keras.ViT(image_size=16, classes=10, **TINY_TRAINING)
+
+
+class _Interrupt(keras.callbacks.Callback):
+    """Stops a run after its third step (the run's own callbacks, the step backup among them, have run by then)."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 2:
+            raise KeyboardInterrupt
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Skipping variable loading for optimizer")
+def test_quantize_aware_training_run_resumes_to_the_uninterrupted_weights(tmp_path):
+    """Resume bound: the TensorFlow resume tests' 1e-5 (tests/test_cli_train.py); the ranges are variables like the
+    weights, saved in the same backups."""
+    import tensorflow as tf
+
+    from vit_keras import training
+    from vit_keras.quantization import QuantizeAwareModel
+
+    labels = np.arange(64) % 10
+    data = tf.data.Dataset.from_tensor_slices((
+        np.random.default_rng(1).uniform(0, 255, (64, 16, 16, 3)).astype("uint8"), labels))
+    config = training.finetune(total_steps=4, batch_size=8, warmup_steps=1, steps_per_epoch=4, backup_every=1,
+                               precision="float32")
+    common = dict(verbose=0, num_classes=10, quantize_aware=True)
+    reference = training.train(_training_model, data, config, output_dir=str(tmp_path / "reference"), **common)
+    with pytest.raises(KeyboardInterrupt):
+        training.train(_training_model, data, config, output_dir=str(tmp_path / "run"), callbacks=[_Interrupt()],
+                       **common)
+    resumed = training.train(_training_model, data, config, output_dir=str(tmp_path / "run"), **common)
+    assert isinstance(resumed.model, QuantizeAwareModel) and resumed.updates == reference.updates == 4
+    ranges = activation_ranges(resumed.model)
+    assert min(updates for _, _, updates in ranges.values()) == 4
+    for (path, value), (_, expected) in zip(sorted(ranges.items()), sorted(activation_ranges(reference.model)
+                                                                           .items())):
+        np.testing.assert_allclose(value[:2], expected[:2], rtol=0, atol=1e-5, err_msg=path)
+    for new, old in zip(resumed.model.weights, reference.model.weights):
+        np.testing.assert_allclose(np.array(new), np.array(old), rtol=0, atol=1e-5, err_msg=new.path)
+    last = keras.models.load_model(str(tmp_path / "run" / "checkpoints" / "last.keras"), safe_mode=True)
+    assert activation_ranges(last) == activation_ranges(resumed.model)
+    with pytest.raises(ValueError, match="quantize_aware=True and lora_rank"):
+        training.train(_training_model, data, config, output_dir=str(tmp_path / "lora"), lora_rank=2, **common)
+
+
+def test_cli_train_passes_quantize_aware(monkeypatch):
+    from vit_keras import cli, training
+    from vit_keras.training import data
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_train(build, dataset, config, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(training, "train", fake_train)
+    monkeypatch.setattr(data, "load", lambda *args, **kwargs: data.Split(None, 10, None, "digits"))
+    for flag, expected in (([], False), (["--quantize-aware"], True)):
+        with pytest.raises(Stop):
+            cli.main(["train", "--model", "Ti/16", "--image-size", "32", "--dataset", "vit_keras_digits",
+                      "--output-dir", "unused", *flag])
+        assert seen["quantize_aware"] is expected

@@ -93,6 +93,9 @@ def register(subparsers) -> None:
                         help="train LoRA adapters of this rank and the head only, every other weight frozen")
     recipe.add_argument("--lora-targets", choices=("qv", "attention", "attention+mlp"), default="qv",
                         help="with --lora: query and value (default), all four attention projections, or also the MLP")
+    recipe.add_argument("--quantize-aware", action="store_true",
+                        help="fine-tune with the matmuls fake-quantized to int8 (from a float checkpoint: --weights), "
+                             "for `vit-keras export --quantization int8` without calibration images")
     add_hardware_arguments(parser.add_argument_group("hardware"))
     add_output_dir_argument(parser, "logs/, checkpoints/, backup/ and results.json")
     parser.set_defaults(func=run_train)
@@ -179,6 +182,7 @@ def run_train(args) -> int:
             validation_data=args.eval_data or (args.dataset if args.eval_split != "" else None),
             validation_split=args.eval_split,
             data_dir=args.data_dir, tpu=args.tpu, lora_rank=args.lora, lora_targets=args.lora_targets,
+            quantize_aware=args.quantize_aware,
         )
     except NonFiniteLossError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -28,6 +28,8 @@ DEFAULT_MOMENTUM = 0.99
 # The range a layer starts from, before the first training batch (or calibration) sets it: wide enough that an
 # untrained model still computes, and flagged by `updates == 0` so that export refuses it.
 INITIAL_RANGE = (-6.0, 6.0)
+# A range narrower than this cannot be an int8 grid of a real activation: every value would round to the same step.
+MIN_RANGE_WIDTH = 1e-6
 
 
 def fake_quant(x, minimum, maximum, axis=None, narrow_range=False):
@@ -146,8 +148,10 @@ class ProbabilityRange(keras.layers.Layer):
         [0.0, 0.5, 0.00390625]
     """
 
-    def call(self, probabilities):
-        return fake_quant(probabilities, *PROBABILITY_RANGE)
+    def call(self, probabilities, training=False):
+        # Training reads the loss from the unrounded probabilities: a true class rounded to 0 would be clipped by
+        # the cross-entropy and give no gradient at all.
+        return probabilities if training else fake_quant(probabilities, *PROBABILITY_RANGE)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -224,7 +228,9 @@ class ActivationRange(keras.layers.Layer):
     def call(self, x, training=False):
         if training:
             self.observe(x)
-        return fake_quant(x, self.minimum, self.maximum)
+        # A zero-width range (a zero-initialised head's first batch) has no grid: the rounding would divide by a
+        # zero step and give NaN. It is widened to MIN_RANGE_WIDTH; export refuses a range that stays that narrow.
+        return fake_quant(x, self.minimum, ops.maximum(self.maximum, self.minimum + MIN_RANGE_WIDTH))
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -27,6 +27,7 @@ import keras
 from vit_keras.quantization.layers import (
     DEFAULT_MOMENTUM,
     FAKE_QUANT_CLASSES,
+    MIN_RANGE_WIDTH,
     ActivationRange,
     FakeQuantMatmul,
     PixelRange,
@@ -34,9 +35,6 @@ from vit_keras.quantization.layers import (
     make_fake_quant,
     make_fake_quant_attention,
 )
-
-# A range narrower than this cannot be an int8 grid of a real activation: every value would round to the same step.
-MIN_RANGE_WIDTH = 1e-6
 
 
 def fake_quant_layers(model) -> list:
