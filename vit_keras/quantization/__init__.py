@@ -3,9 +3,9 @@
 Example:
     >>> from vit_keras import export
     >>> from vit_keras.quantization import quantize_aware
-    >>> qat = quantize_aware(tiny_model)
-    >>> qat.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    >>> _ = qat.fit(images, labels, epochs=1, verbose=0)
+    >>> qat = quantize_aware(tiny_model)  # a float model, e.g. fine-tuned on your data
+    >>> qat.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    >>> _ = qat.fit(images, labels, batch_size=4, verbose=0)  # a few epochs at a low learning rate in practice
     >>> export.tflite(qat, "vit_qat_int8.tflite", quantization="int8")
     'vit_qat_int8.tflite'
 """

@@ -36,8 +36,8 @@ def fake_quant(x, minimum, maximum, axis=None, narrow_range=False):
     """`x` rounded to the int8 grid of `[minimum, maximum]` (per tensor, or per channel along `axis`), in float.
 
     Example:
-        >>> float(fake_quant(ops.convert_to_tensor(0.3), -1.0, 1.0))  # steps of 2/255
-        0.30196...
+        >>> round(float(fake_quant(ops.convert_to_tensor(0.3), -1.0, 1.0)), 4)  # steps of 2/255 from -256/255
+        0.298
     """
     return keras.quantizers.fake_quant_with_min_max_vars(
         x, minimum, maximum, num_bits=NUM_BITS, narrow_range=narrow_range, axis=axis
@@ -171,7 +171,7 @@ def make_fake_quant_attention(layer):
     its explicit-scores path (`attention_path="einsum"`), the one that calls that softmax.
 
     Example:
-        >>> attention = keras.layers.MultiHeadAttention(2, 4)
+        >>> attention = keras.layers.MultiHeadAttention(2, 4); attention.build((1, 3, 8), (1, 3, 8))
         >>> type(make_fake_quant_attention(attention)._softmax).__name__
         'FakeQuantSoftmax'
     """
@@ -186,10 +186,10 @@ def make_fake_quant_attention(layer):
 class ActivationRange(keras.layers.Layer):
     """One tensor's int8 range, learned as moving averages of each training batch's min and max.
 
-    In training it updates `minimum` / `maximum` (the first batch sets them; later ones move them by
-    `1 - momentum`), then fake-quantizes its input on the updated range; in inference it only fake-quantizes.
-    The range always contains 0, so that zero (padding, ReLU's floor) is exact. `updates` counts the batches
-    seen: 0 means the range was never learned.
+    In training it updates `minimum` / `maximum` (the first batch sets them, as does every batch while the range
+    is empty; later ones move them by `1 - momentum`), then fake-quantizes its input on the updated range; in
+    inference it only fake-quantizes. The range always contains 0, so that zero (padding, ReLU's floor) is exact.
+    `updates` counts the batches seen: 0 means the range was never learned.
 
     Example:
         >>> activation_range = ActivationRange()
@@ -219,7 +219,9 @@ class ActivationRange(keras.layers.Layer):
         x = ops.cast(ops.stop_gradient(x), "float32")
         low = ops.minimum(ops.min(x), 0.0)
         high = ops.maximum(ops.max(x), 0.0)
-        first = ops.equal(self.updates, 0.0)
+        # Set, not averaged, while the range is still empty: a zero-initialised head's first batch is all zeros,
+        # and averaging up from that would clip the head's outputs (and zero their gradient) for hundreds of steps.
+        first = ops.logical_or(ops.equal(self.updates, 0.0), self.maximum - self.minimum < MIN_RANGE_WIDTH)
         keep = self.momentum
         self.minimum.assign(ops.where(first, low, keep * self.minimum + (1.0 - keep) * low))
         self.maximum.assign(ops.where(first, high, keep * self.maximum + (1.0 - keep) * high))
