@@ -189,11 +189,12 @@ def test_int8_file_uses_the_learned_ranges_and_per_channel_kernels(calibrated, t
     assert int8_matmuls >= 10, int8_matmuls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["model.quantize", "quantize_aware twice"])
 def test_quantize_aware_refuses_a_quantized_model(case, calibrated):
     if case == "model.quantize":
         model = _float_model("vit")
-        model.quantize("int8")
+        model.quantize("int8", filters=lambda layer: layer.path == "head")  # one layer: quantize is slow
         with pytest.raises(ValueError, match=r"already quantized by model.quantize .*starts from the float model"):
             quantize_aware(model)
     else:
@@ -203,6 +204,7 @@ def test_quantize_aware_refuses_a_quantized_model(case, calibrated):
         quantize_aware(calibrated[0], momentum=1.0)
 
 
+@pytest.mark.slow
 def test_int8_export_refuses_what_it_cannot_write_and_writes_nothing(calibrated, tmp_path):
     model, qat = calibrated
     path = tmp_path / "refused.tflite"
