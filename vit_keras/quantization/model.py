@@ -9,8 +9,7 @@ stays float. Its config is the float model's config plus the moving averages' mo
 with `safe_mode=True` into the same quantization-aware model, ranges included.
 
 Example:
-    >>> import vit_keras
-    >>> from vit_keras.quantization import quantize_aware
+    >>> from vit_keras.quantization import fake_quant_layers, quantize_aware
     >>> qat = quantize_aware(tiny_model)
     >>> qat.output_shape == tiny_model.output_shape
     True
