@@ -3,7 +3,8 @@
 Each case (a `Dense` on tokens and the two `EinsumDense` layouts of an attention: a query projection, an output
 projection) is built from fixed weights, inputs and ranges, made fake-quantized, and run forward; the gradient of
 `sum(outputs * upstream)` with respect to the input, the kernel and the bias is taken with the backend's own
-autodiff. Written to `<out>/<backend>.npz` as `<case>/<name>`.
+autodiff. Then a tiny quantization-aware ViT trains two steps and reloads (`train_and_reload`). Written to
+`<out>/<backend>.npz` as `<case>/<name>` and `model/<name>`.
 
 Example:
     KERAS_BACKEND=jax python -m tests.qat_worker /tmp/out
@@ -92,12 +93,36 @@ def run_case(name) -> dict:
                 upstream=upstream, inputs=x)
 
 
+def train_and_reload(out) -> dict:
+    """A tiny ViT (its head zero-initialised, as built) made quantization-aware, trained two steps with `fit`,
+    saved and reloaded in safe mode: its ranges, and whether the reloaded model predicts identically."""
+    import os
+
+    import keras
+
+    from tests.model_kinds import build, images
+    from vit_keras.quantization import activation_ranges, quantize_aware
+
+    qat = quantize_aware(build("vit"))
+    x = images(8)
+    qat.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    qat.fit(x, np.arange(8) % 5, batch_size=4, epochs=1, verbose=0)
+    path = os.path.join(out, "qat.keras")
+    qat.save(path)
+    reloaded = keras.models.load_model(path, safe_mode=True)
+    ranges = activation_ranges(qat)
+    same = np.array_equal(keras.ops.convert_to_numpy(reloaded(x)), keras.ops.convert_to_numpy(qat(x)))
+    return {"model/ranges": np.array([ranges[name] for name in sorted(ranges)]),
+            "model/reload_identical": np.array(same and activation_ranges(reloaded) == ranges)}
+
+
 def main(out):
     import os
 
     import keras
 
     results = {f"{name}/{key}": value for name in CASES for key, value in run_case(name).items()}
+    results.update(train_and_reload(out))
     np.savez(os.path.join(out, f"{keras.backend.backend()}.npz"), **results)
     print(f"KERAS_BACKEND={keras.backend.backend()} wrote {len(results)} arrays")
 

@@ -44,10 +44,15 @@ def fake_quant(x, minimum, maximum, axis=None, narrow_range=False):
     )
 
 
+# The smallest channel range: an all-zero channel (a zero-initialised head) has no range of its own, and a zero
+# step is 0 / 0 in the rounding on JAX and PyTorch (TensorFlow's kernel returns 0). Its weights stay exactly 0.
+MIN_KERNEL_BOUND = 1e-12
+
+
 def kernel_bounds(kernel_2d):
     """Each output channel's `max |w|` of a kernel laid out (inputs, outputs): the symmetric range of its int8
     weights. A range is a function of the weights, not a trained variable, so no gradient flows into it."""
-    return ops.stop_gradient(ops.max(ops.abs(kernel_2d), axis=0))
+    return ops.stop_gradient(ops.maximum(ops.max(ops.abs(kernel_2d), axis=0), MIN_KERNEL_BOUND))
 
 
 # While a TFLite file is written: each kernel is rounded with plain arithmetic, which the converter folds into a
@@ -75,7 +80,7 @@ def kernels_rounded_for_converter():
 
 
 def _round_to_grid(kernel_2d, bounds):
-    scale = ops.maximum(bounds, 1e-30) / float(2 ** (NUM_BITS - 1) - 1)
+    scale = bounds / float(2 ** (NUM_BITS - 1) - 1)
     return ops.round(kernel_2d / scale) * scale
 
 
