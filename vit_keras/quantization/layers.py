@@ -80,8 +80,15 @@ def kernels_rounded_for_converter():
 
 
 def _round_to_grid(kernel_2d, bounds):
-    scale = bounds / float(2 ** (NUM_BITS - 1) - 1)
-    return ops.round(kernel_2d / scale) * scale
+    """`fake_quant(kernel_2d, -bounds, bounds, axis=-1, narrow_range=True)` in TensorFlow's own arithmetic (its
+    nudged range, `floor(x + 0.5)`), so that a weight exactly halfway between two steps rounds the same way."""
+    steps = 2.0 ** NUM_BITS - 2.0  # narrow range: quantized values 1 ... 255
+    scale = (2.0 * bounds) / steps
+    zero_point = ops.round(1.0 + bounds / scale)  # 128, up to float32 rounding before it is rounded
+    nudged_min = (1.0 - zero_point) * scale
+    nudged_max = (steps + 1.0 - zero_point) * scale
+    shifted = ops.clip(kernel_2d, nudged_min, nudged_max) - nudged_min
+    return ops.floor(shifted * (1.0 / scale) + 0.5) * scale + nudged_min
 
 
 def fake_quant_kernel(kernel, output_axes):
