@@ -302,6 +302,16 @@ def _quantize_aware_tflite(model, path, quantization, representative_dataset, in
             f"{model.name!r} is quantization-aware: its int8 ranges were learned in training, so it takes no "
             "representative_dataset; drop that argument."
         )
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        # Only TensorFlow's graph carries the ranges as FakeQuant ops, which the converter reads; elsewhere the
+        # rounding is plain arithmetic and the file would come out float.
+        raise ValueError(
+            f"A quantization-aware model's int8 file is written under the TensorFlow backend, not "
+            f"{keras.backend.backend()!r}: save it (model.save('vit_qat.keras')), then load and export it in a "
+            "Python process started with KERAS_BACKEND=tensorflow (keras.models.load_model(..., safe_mode=True))."
+        )
     check_learned_ranges(model)
     spec = describe_model(model.float_model, include_preprocessing)
     with kernels_rounded_for_converter():
