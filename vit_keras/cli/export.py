@@ -178,6 +178,7 @@ def run(args) -> int:
     import numpy as np
 
     from vit_keras import export
+    from vit_keras.quantization import is_quantize_aware
 
     if args.export_format != "tflite" and (args.quantization or args.calibration_images or args.integer_io):
         raise ValueError("--quantization, --calibration-images and --integer-io apply to --format tflite only")
@@ -187,8 +188,6 @@ def run(args) -> int:
         raise ValueError(f"the ONNX output should be a .onnx file, got {args.output!r}")
     if args.export_format == "tflite" and not args.output.endswith(".tflite"):
         raise ValueError(f"the TFLite output should be a .tflite file, got {args.output!r}")
-    if args.export_format == "tflite" and args.quantization == "int8" and not args.calibration_images:
-        raise ValueError("--quantization int8 needs --calibration-images (about 100 training images)")
     if args.export_format != "saved_model" and args.class_names:
         raise ValueError("--class-names applies to --format saved_model only")
     # Before the model is built and converted: an existing file or version directory is replaced only on request.
@@ -202,12 +201,20 @@ def run(args) -> int:
     model = load_or_build_model(args)
     if args.export_format == "tflite":
         refuse_keras_quantized(model, args.keras_model)
+    learned_ranges = is_quantize_aware(model)  # fine-tuned with `vit-keras train --quantize-aware`
+    if args.export_format == "tflite" and args.quantization == "int8" and not (args.calibration_images or
+                                                                               learned_ranges):
+        raise ValueError("--quantization int8 needs --calibration-images (about 100 training images), or a "
+                         "--keras-model fine-tuned with `vit-keras train --quantize-aware`")
+    if learned_ranges and (args.export_format != "tflite" or args.quantization != "int8"):
+        raise ValueError(f"--keras-model {args.keras_model!r} is quantization-aware: export it with --format tflite "
+                         "--quantization int8 (no --calibration-images); for other formats export the float model")
     if is_flexible(model):
         return _run_flexible(args, model)
     if args.max_num_patches is not None:
         raise ValueError("--max-num-patches applies to a flexible (NaFlex) model only; this model takes images of "
                          "one size. Drop it.")
-    spec = export.describe_model(model)
+    spec = export.describe_model(model.float_model if learned_ranges else model)
     size = spec.image_size
     if args.check_images:
         check_images, where = _load_images(args.check_images, size), "the given images"

@@ -94,6 +94,9 @@ def register(subparsers) -> None:
     recipe.add_argument("--lora-targets", choices=("qv", "attention", "attention+mlp"), default=None,
                         help="with --lora: query and value (default: qv), all four attention projections, or also "
                         "the MLP")
+    recipe.add_argument("--quantize-aware", action="store_true",
+                        help="fine-tune with the matmuls fake-quantized to int8 (from a float checkpoint: --model DIR or --weights), "
+                             "for `vit-keras export --quantization int8` without calibration images")
     add_hardware_arguments(parser.add_argument_group("hardware"))
     add_output_dir_argument(parser, "logs/, checkpoints/, backup/ and results.json")
     parser.set_defaults(func=run_train)
@@ -180,6 +183,7 @@ def run_train(args) -> int:
             validation_data=args.eval_data or (args.dataset if args.eval_split != "" else None),
             validation_split=args.eval_split,
             data_dir=args.data_dir, tpu=args.tpu, lora_rank=args.lora, lora_targets=args.lora_targets,
+            quantize_aware=args.quantize_aware,
         )
     except NonFiniteLossError as error:
         print(f"error: {error}", file=sys.stderr)

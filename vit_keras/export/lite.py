@@ -11,6 +11,8 @@ import numpy as np
 from vit_keras.export.forward import tensorflow_forward
 from vit_keras.export.signatures import SERVING_DEFAULT, describe_model, float32_model, images_spec, model_outputs
 from vit_keras.files import atomic_file, refuse_existing
+from vit_keras.quantization import QuantizeAwareModel, check_learned_ranges, is_quantize_aware
+from vit_keras.quantization.layers import kernels_rounded_for_converter
 
 QUANTIZATIONS = (None, "float16", "dynamic_int8", "int8")
 DEFAULT_CALIBRATION_SAMPLES = 100
@@ -55,7 +57,8 @@ def calibration_images(representative_dataset, image_size, max_samples=DEFAULT_C
     if representative_dataset is None:
         raise ValueError(
             "quantization='int8' needs a representative_dataset: ~100 training images in [0, 255] at the model's "
-            "size (a tf.data.Dataset, a NumPy array or an iterable of images)."
+            "size (a tf.data.Dataset, a NumPy array or an iterable of images), or a quantization-aware model "
+            "(vit_keras.quantization.quantize_aware, fine-tuned), whose ranges were learned in training."
         )
     if isinstance(representative_dataset, np.ndarray):
         representative_dataset = [representative_dataset]
@@ -119,11 +122,14 @@ def _converter(module, serve, workdir):
     return converter, loaded
 
 
-def write_tflite(module, serve, path, quantization=None, calibration=None, integer_io=False, overwrite=False):
+def write_tflite(module, serve, path, quantization=None, calibration=None, integer_io=False, overwrite=False,
+                 learned_ranges=False):
     """Convert the `tf.function` `serve` of `module` (the `tf.Module` tracking its variables) to a TFLite file at
     `path` with builtin ops only (`TFLITE_BUILTINS`, `TFLITE_BUILTINS_INT8` for int8), refusing a result with custom
     ops, written to a temporary name and renamed into place. `calibration`: the int8 representative inputs, each a
-    list of the signature's arguments. Returns `path`.
+    list of the signature's arguments. `learned_ranges`: int8 from the graph's FakeQuant ranges (a
+    quantization-aware model), with `TFLITE_BUILTINS`: the ops without a range (LayerNorm, the attention scores)
+    stay float between QUANTIZE and DEQUANTIZE. Returns `path`.
 
     Example:
         >>> import tensorflow as tf
@@ -138,8 +144,9 @@ def write_tflite(module, serve, path, quantization=None, calibration=None, integ
 
     with tempfile.TemporaryDirectory(prefix="vit_tflite_") as workdir:
         converter, _ = _converter(module, serve, workdir)
+        integer_only = quantization == "int8" and not learned_ranges
         converter.target_spec.supported_ops = [
-            tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if quantization == "int8" else tf.lite.OpsSet.TFLITE_BUILTINS
+            tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if integer_only else tf.lite.OpsSet.TFLITE_BUILTINS
         ]
         if quantization is not None:
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -262,6 +269,9 @@ def tflite(
     quantization = _check_quantization(quantization)
     path = os.fspath(path)
     refuse_existing(path, overwrite)
+    if is_quantize_aware(model):
+        return _quantize_aware_tflite(model, path, quantization, representative_dataset, include_preprocessing,
+                                      integer_io, overwrite)
     spec = describe_model(model, include_preprocessing)
     calibration = None
     if quantization == "int8":
@@ -274,6 +284,39 @@ def tflite(
     module, serve = _tflite_module(float32_model(model), spec)
     calibration = None if calibration is None else [[image] for image in calibration]
     return write_tflite(module, serve, path, quantization, calibration, integer_io, overwrite)
+
+
+def _quantize_aware_tflite(model, path, quantization, representative_dataset, include_preprocessing, integer_io,
+                           overwrite):
+    """A quantization-aware model's int8 file: every matmul's ranges are the ones learned in training."""
+    if not isinstance(model, QuantizeAwareModel):
+        raise ValueError(f"{model.name!r} holds fake-quantized layers but is not the model quantize_aware returned; "
+                         "export that model (vit_keras.quantization.quantize_aware(float_model), fine-tuned).")
+    if quantization != "int8":
+        raise ValueError(
+            f"{model.name!r} is quantization-aware: export it with quantization='int8', not {quantization!r}; for "
+            "float32, float16 or dynamic_int8 files export the float model it was made from."
+        )
+    if representative_dataset is not None:
+        raise ValueError(
+            f"{model.name!r} is quantization-aware: its int8 ranges were learned in training, so it takes no "
+            "representative_dataset; drop that argument."
+        )
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        # Only TensorFlow's graph carries the ranges as FakeQuant ops, which the converter reads; elsewhere the
+        # rounding is plain arithmetic and the file would come out float.
+        raise ValueError(
+            f"A quantization-aware model's int8 file is written under the TensorFlow backend, not "
+            f"{keras.backend.backend()!r}: save it (model.save('vit_qat.keras')), then load and export it in a "
+            "Python process started with KERAS_BACKEND=tensorflow (keras.models.load_model(..., safe_mode=True))."
+        )
+    check_learned_ranges(model)
+    spec = describe_model(model.float_model, include_preprocessing)
+    with kernels_rounded_for_converter():
+        module, serve = _tflite_module(model, spec)
+        return write_tflite(module, serve, path, quantization, None, integer_io, overwrite, learned_ranges=True)
 
 
 def quantize_input(runner, images):

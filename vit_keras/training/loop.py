@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+from vit_keras import quantization
 from vit_keras.training import callbacks as cb
 from vit_keras.training import data, local_data
 from vit_keras.training.device_prefetch import choose_input_path
@@ -371,7 +372,8 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
           validation_split: str | None = None, validation_fraction: float = VALIDATION_FRACTION,
           data_dir: str | None = None, strategy=None, tpu: str | None = None, num_classes: int | None = None,
           verbose="auto", callbacks=(), distribution=None, lora_rank: int | None = None,
-          lora_targets: str | None = None, device_prefetch: bool | None = None) -> TrainResult:
+          lora_targets: str | None = None, device_prefetch: bool | None = None,
+          quantize_aware: bool = False) -> TrainResult:
     """Train the model `build_model()` returns on `train_data` with `config` (see `finetune` / `pretrain`).
 
     `build_model` is called inside the strategy's scope under the chosen dtype policy, so its variables land on
@@ -403,6 +405,11 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
     `device_prefetch` (None: from the hardware) keeps the next training batch on the accelerator while the current
     step runs where the backend does not already (`training.device_prefetch`): False keeps the plain path. The
     path taken is logged, returned as `TrainResult.input_path` and saved in `results.json` ("input").
+
+    `quantize_aware=True` fine-tunes the model `build_model()` returns (load the float checkpoint inside it) with
+    its matmuls fake-quantized to int8 (`vit_keras.quantization.quantize_aware`); the checkpoints and the
+    returned model are the quantization-aware model, which `vit_keras.export.tflite(model, path,
+    quantization="int8")` writes without a representative dataset.
 
     Example:
         >>> from vit_keras.training import pretrain, train
@@ -436,7 +443,10 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
                          train_split=train_split, validation_split=validation_split,
                          validation_fraction=validation_fraction, data_dir=data_dir, num_classes=num_classes,
                          verbose=verbose, callbacks=callbacks, lora_rank=lora_rank, lora_targets=lora_targets,
-                         device_prefetch=device_prefetch)
+                         device_prefetch=device_prefetch, quantize_aware=quantize_aware)
+    if quantize_aware and lora_rank is not None:
+        raise ValueError("quantize_aware=True and lora_rank fine-tune different weights (all kernels under int8 "
+                         "rounding, or LoRA adapters of frozen ones); choose one.")
     strategy, plan = execution_plan(config, strategy, tpu)
     with run_directory(output_dir, strategy):
         train_split_data = _as_split(train_data, train_split, data_dir, num_classes)
@@ -449,6 +459,9 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
                 model = build_model()
                 if lora_rank is not None:
                     enable_lora(model, rank=lora_rank, targets=lora_targets or "qv")
+                from_logits = not _outputs_probabilities(model)  # read from the float model's own output layer
+                if quantize_aware:
+                    model = quantization.quantize_aware(model)
             lora = lora_report(model)
             if lora is not None:
                 logger.info("LoRA: rank %d on %s (alpha %g): %s of %s weights train (adapters and head).",
@@ -461,7 +474,6 @@ def train(build_model, train_data, config, *, output_dir: str, validation_data=N
             if validation is not None:
                 data.check_labels(validation, classes)
 
-            from_logits = not _outputs_probabilities(model)
             loss, metrics, metric = _loss_and_metrics(train_split_data.multi_label, classes, from_logits,
                                                       config.label_smoothing)
             # Your own images: the class names go into every checkpoint (local_data.LABELS_ENTRY).
