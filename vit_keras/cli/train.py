@@ -95,8 +95,8 @@ def register(subparsers) -> None:
                         help="with --lora: query and value (default: qv), all four attention projections, or also "
                         "the MLP")
     recipe.add_argument("--quantize-aware", action="store_true",
-                        help="fine-tune with the matmuls fake-quantized to int8 (from a float checkpoint: --model DIR or --weights), "
-                             "for `vit-keras export --quantization int8` without calibration images")
+                        help="fine-tune with the matmuls fake-quantized to int8 (from a float checkpoint: --model or "
+                             "--weights), for `vit-keras export --quantization int8` without calibration images")
     add_hardware_arguments(parser.add_argument_group("hardware"))
     add_output_dir_argument(parser, "logs/, checkpoints/, backup/ and results.json")
     parser.set_defaults(func=run_train)
