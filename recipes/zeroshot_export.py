@@ -20,7 +20,7 @@ import argparse
 
 from vit_keras import zeroshot
 from vit_keras.files import refuse_existing
-from vit_keras.zeroshot import export
+from vit_keras.zeroshot import deployment
 
 DEFAULT_MODEL = "hf-hub:google/siglip2-base-patch16-224"
 
@@ -43,7 +43,7 @@ def main(argv=None):
         type=int,
         default=None,
         help="a model of any image size (SigLIP 2 NaFlex): the most patches an image is resized to, "
-        f"at its own aspect ratio (default {export.DEFAULT_MAX_NUM_PATCHES})",
+        f"at its own aspect ratio (default {deployment.DEFAULT_MAX_NUM_PATCHES})",
     )
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing --export-dir (otherwise refused)"
@@ -57,8 +57,8 @@ def main(argv=None):
     model = zeroshot.from_pretrained(args.model)
     labels = [label.strip() for label in args.labels.split(",")] if args.labels else None
     any_size = model.image_size is None
-    patches = (args.max_patches or export.DEFAULT_MAX_NUM_PATCHES) if any_size else args.max_patches
-    path = export.saved_model(
+    patches = (args.max_patches or deployment.DEFAULT_MAX_NUM_PATCHES) if any_size else args.max_patches
+    path = deployment.saved_model(
         model, args.export_dir, class_names=labels, overwrite=args.overwrite, max_num_patches=patches
     )
     context = model.context_length

@@ -30,7 +30,7 @@ def _child(args) -> dict:
     from vit_keras import training
     from vit_keras.demo import stages
     from vit_keras.demo.digits import DATASET
-    from vit_keras.demo.model import FINETUNE_SIZE, build_demo_model
+    from vit_keras.demo.digits_model import FINETUNE_SIZE, build_demo_model
 
     data_dir = os.path.join(args.output_dir, "tfds")
     pretrained_path = os.path.join(args.output_dir, "pretrained.keras")

@@ -63,7 +63,7 @@ def _is_package_example(item) -> bool:
     return isinstance(item, DoctestItem) and PACKAGE in Path(str(item.path)).resolve().parents
 
 # Modules whose examples run TensorFlow itself (SavedModel, TFLite, tf.data, tf.distribute).
-TF_ONLY_MODULES = ("vit_keras.export", "vit_keras.datasets", "vit_keras.training", "vit_keras.dense.export")
+TF_ONLY_MODULES = ("vit_keras.export", "vit_keras.datasets", "vit_keras.training", "vit_keras.dense.deployment")
 # Modules whose examples run keras.distribution, which vit_keras supports on the JAX backend only: they run with
 # KERAS_BACKEND=jax (`KERAS_BACKEND=jax pytest vit_keras/training/parallel.py`).
 JAX_ONLY_MODULES = ("vit_keras.training.parallel",)
@@ -88,8 +88,8 @@ SLOW_EXAMPLES = {
     "vit_keras.export.lite.write_tflite",
     "vit_keras.export.onnx.to_onnx",
     "vit_keras.export.serving.saved_model",
-    "vit_keras.dense.export.dense_saved_model",
-    "vit_keras.dense.export.dense_tflite",
+    "vit_keras.dense.deployment.dense_saved_model",
+    "vit_keras.dense.deployment.dense_tflite",
     "vit_keras.models.applications.ViTR26B32",
     "vit_keras.models.applications.ViTR26S32",
     "vit_keras.models.applications.ViTR50B16",

@@ -15,7 +15,7 @@ import pytest
 import vit_keras
 from vit_keras.configs import ViTConfig
 from vit_keras.inspection.probe import attention_weights
-from vit_keras.model_config import config_of
+from vit_keras.vision_transformer import config_of
 from vit_keras.weights.assign import model_slots
 
 TINY = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)

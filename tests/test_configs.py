@@ -79,7 +79,7 @@ def test_resnet_config_from_dict_and_errors():
 def test_the_parts_configs_are_made_once_with_the_config_and_taken_whole_by_every_layer():
     from tests.tiny import TINY
     from vit_keras.configs import ViTConfig
-    from vit_keras.model_config import config_of
+    from vit_keras.vision_transformer import config_of
     from vit_keras.zeroshot import TextConfig, text_model
 
     model = vit_keras.ViT(image_size=32, global_pool="map", class_token=False, include_top=False, pooling="map",

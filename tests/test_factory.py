@@ -12,8 +12,8 @@ import vit_keras
 from tests.tiny import TINY
 from vit_keras.cli import main as cli_main
 from vit_keras.configs import VARIANTS, ViTConfig, config_fields, translate_aliases
-from vit_keras.model_config import config_of
 from vit_keras.models import resolve_config
+from vit_keras.vision_transformer import config_of
 from vit_keras.weights.registry import variant_of
 
 ARCHITECTURES = [

@@ -15,7 +15,7 @@ import pytest
 
 import vit_keras
 from vit_keras import features
-from vit_keras.model_config import config_of
+from vit_keras.vision_transformer import config_of
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "dense")
 CASES = ("timm_vit_cls", "timm_dinov3_rect", "hf_dinov2_backbone", "hf_dinov3_backbone")

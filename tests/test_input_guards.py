@@ -21,7 +21,7 @@ import pytest
 import vit_keras
 from tests.tiny import TINY
 from vit_keras.layers import Patches
-from vit_keras.model_class import VisionTransformer
+from vit_keras.vision_transformer import VisionTransformer
 
 BACKEND = keras.backend.backend()
 EMPTY_SHAPES = [(1, 0, 0, 3), (1, 0, 16, 3), (2, 16, 0, 3)]
@@ -201,7 +201,7 @@ def test_a_plain_keras_model_loses_its_weights_on_jax():
         assert "NoneType" in str(error)
     else:
         pytest.fail("Upstream Keras now keeps a model's weights when predict refuses an input: "
-                    "vit_keras.model_class.VisionTransformer's guard and the known issue in docs/reliability.md "
+                    "vit_keras.vision_transformer.VisionTransformer's guard and the known issue in docs/reliability.md "
                     "may go.")
 
 

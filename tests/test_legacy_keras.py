@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import vit_keras
-from vit_keras.model_config import config_of
+from vit_keras.vision_transformer import config_of
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "legacy_keras")
 BOUND = 1e-5  # see the module docstring
@@ -30,7 +30,7 @@ def test_a_keras_file_from_before_loads_and_gives_its_outputs(name):
             x = saved["input"]
         else:
             x = {key[len("input_"):]: saved[key] for key in saved.files if key.startswith("input_")}
-    assert isinstance(model, vit_keras.model_class.VisionTransformer)
+    assert isinstance(model, vit_keras.vision_transformer.VisionTransformer)
     out = np.asarray(model.predict(x, verbose=0))
     assert np.abs(out - expected).max() / max(1.0, np.abs(expected).max()) <= BOUND
     config = config_of(model)

@@ -25,7 +25,7 @@ import vit_keras
 from tests.bounds import Bound, relative_diff
 from tests.family2_cases import FAMILY2, check, fixture_input, run
 from vit_keras.images import naflex_patches
-from vit_keras.model_config import config_of
+from vit_keras.vision_transformer import config_of
 
 SAME_MATHS_TOLERANCE = 1e-5
 # The smallest move of the outputs measured when an image's 2x5 grid is given as 5x2 (timm_pe_core, 2.5e-2); the

@@ -328,7 +328,7 @@ def test_clip_configs_with_the_legacy_eos_id_pool_at_the_largest_id(tmp_path):
 
 
 def test_texts_are_encoded_in_batches_with_the_same_result(models, monkeypatch):
-    from vit_keras.zeroshot import model as model_module
+    from vit_keras.zeroshot import image_text_model as model_module
 
     model = models["siglip2"]
     ids, mask = model.tokenize([f"a photo of a {name}" for name in ("cat", "dog", "car", "tree", "boat")])

@@ -1,4 +1,4 @@
-"""The zero-shot SavedModel (`vit_keras.zeroshot.export`): its signatures, loaded in a TensorFlow process that
+"""The zero-shot SavedModel (`vit_keras.zeroshot.deployment`): its signatures, loaded in a TensorFlow process that
 never imports vit_keras, give what the Keras towers give (float32, the same graph ops: 1e-5 absolute on features
 of magnitude ~3 covers the difference between eager and graph kernels)."""
 
@@ -16,7 +16,7 @@ import pytest
 from tests import zeroshot_cases as cases
 from vit_keras import zeroshot
 from vit_keras.preprocessing import naflex_size
-from vit_keras.zeroshot import export
+from vit_keras.zeroshot import deployment
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModel export runs on TF")
 TOLERANCE = 1e-5
@@ -77,7 +77,7 @@ def test_saved_model_loads_without_vit_keras_and_matches_the_towers(case, tmp_pa
         ids, mask = model.tokenize(texts)
     reference_mask = mask
     mask = np.ones_like(ids) if mask is None else mask
-    path = export.saved_model(model, str(tmp_path / "zeroshot"), class_names=LABELS, templates=TEMPLATES)
+    path = deployment.saved_model(model, str(tmp_path / "zeroshot"), class_names=LABELS, templates=TEMPLATES)
     inputs = str(tmp_path / "inputs.npz")
     jpegs = [_encoded(image, "JPEG") for image in images]
     fixed = model.image_size is not None
@@ -110,11 +110,11 @@ def test_saved_model_loads_without_vit_keras_and_matches_the_towers(case, tmp_pa
 
     def served_size(image):
         """What the bytes signatures resize an image to: the model's size, or (any size) its NaFlex size for
-        export.DEFAULT_MAX_NUM_PATCHES, bilinear and antialiased as the graph does."""
+        deployment.DEFAULT_MAX_NUM_PATCHES, bilinear and antialiased as the graph does."""
         image = np.asarray(image, np.float32)
         if fixed:
             return image
-        size = naflex_size(*image.shape[:2], model.patch_size, export.DEFAULT_MAX_NUM_PATCHES)
+        size = naflex_size(*image.shape[:2], model.patch_size, deployment.DEFAULT_MAX_NUM_PATCHES)
         return tf.image.resize(image, size, method="bilinear", antialias=True).numpy()
 
     # PNG is lossless: decoding gives the same pixels, and the features are the towers' on them at the served size
@@ -136,16 +136,16 @@ def test_saved_model_loads_without_vit_keras_and_matches_the_towers(case, tmp_pa
 def test_export_refuses_what_it_cannot_serve(tmp_path):
     checkpoint = os.path.join(cases.case_dir("clip"), "checkpoint")
     with pytest.raises(ValueError, match="include_preprocessing=True"):
-        export.saved_model(zeroshot.from_pretrained(checkpoint, include_preprocessing=False), str(tmp_path / "a"))
+        deployment.saved_model(zeroshot.from_pretrained(checkpoint, include_preprocessing=False), str(tmp_path / "a"))
     with pytest.raises(ValueError, match="class_names is empty"):
-        export.saved_model(zeroshot.from_pretrained(checkpoint), str(tmp_path / "b"), class_names=[])
+        deployment.saved_model(zeroshot.from_pretrained(checkpoint), str(tmp_path / "b"), class_names=[])
     with pytest.raises(ValueError, match=r"max_num_patches=64 sizes the images of a model of any image size .* "
                                          r"this one takes 32x32 images: drop it"):
-        export.saved_model(zeroshot.from_pretrained(checkpoint), str(tmp_path / "b"), max_num_patches=64)
+        deployment.saved_model(zeroshot.from_pretrained(checkpoint), str(tmp_path / "b"), max_num_patches=64)
     without_tokenizer = zeroshot.from_pretrained(checkpoint)
     without_tokenizer.tokenizer = None
     with pytest.raises(ValueError, match="no tokenizer.*strings=False"):
-        export.saved_model(without_tokenizer, str(tmp_path / "c"))
+        deployment.saved_model(without_tokenizer, str(tmp_path / "c"))
     assert not os.path.exists(tmp_path / "c")
 
 
@@ -153,7 +153,7 @@ def test_export_refuses_what_it_cannot_serve(tmp_path):
 def test_without_strings_the_token_id_signatures_remain(tmp_path):
     model = zeroshot.from_pretrained(os.path.join(cases.case_dir("siglip"), "checkpoint"))
     model.tokenizer = None  # e.g. a tokenizer with no TensorFlow form: the client tokenizes
-    path = export.saved_model(model, str(tmp_path / "ids"), strings=False)
+    path = deployment.saved_model(model, str(tmp_path / "ids"), strings=False)
     import tensorflow as tf
 
     signatures = tf.saved_model.load(path).signatures
@@ -165,15 +165,15 @@ def test_tflite_towers_match_the_keras_towers(tmp_path):
     # SigLIP 2 at a fixed size (TFLite needs one); float32 builtin kernels: 1e-5 on features of magnitude ~3
     # (measured 1.7e-6).
     model = zeroshot.from_pretrained(os.path.join(cases.case_dir("siglip2"), "checkpoint"), image_size=(32, 32))
-    paths = export.tflite(model, str(tmp_path / "towers"))
+    paths = deployment.tflite(model, str(tmp_path / "towers"))
     from vit_keras.export.lite import tflite_predict
 
     images = np.load(os.path.join(cases.case_dir("siglip2"), "input.npy")).astype(np.float32)
     np.testing.assert_allclose(tflite_predict(paths["image"], images)["features"], model.encode_image(images),
                                atol=TOLERANCE)
     ids, mask = model.tokenize(cases.texts("siglip2"))
-    np.testing.assert_allclose(export.text_tflite_predict(paths["text"], ids, mask), model.encode_text(ids, mask),
+    np.testing.assert_allclose(deployment.text_tflite_predict(paths["text"], ids, mask), model.encode_text(ids, mask),
                                atol=TOLERANCE)
     with pytest.raises(ValueError, match=r"image_size=\(height, width\)"):
-        export.tflite(zeroshot.from_pretrained(os.path.join(cases.case_dir("siglip2"), "checkpoint")),
+        deployment.tflite(zeroshot.from_pretrained(os.path.join(cases.case_dir("siglip2"), "checkpoint")),
                       str(tmp_path / "any_size"))

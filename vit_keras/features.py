@@ -34,7 +34,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from vit_keras.model_class import VisionTransformer, config_of
+from vit_keras.vision_transformer import VisionTransformer, config_of
 
 OUTPUT_FORMATS = ("NHWC", "NCHW", "NLC")
 STEM = "stem"

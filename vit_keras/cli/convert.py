@@ -15,7 +15,7 @@ import os
 
 from vit_keras.configs import VARIANTS, ResNetConfig
 from vit_keras.files import atomic_file, refuse_existing
-from vit_keras.model_class import config_of
+from vit_keras.vision_transformer import config_of
 
 
 def parse_grid(text: str) -> tuple[int, int]:

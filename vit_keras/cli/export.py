@@ -306,7 +306,7 @@ def _run_flexible(args, model) -> int:
 
     from vit_keras import export
     from vit_keras.images import naflex_patches
-    from vit_keras.model_class import config_of
+    from vit_keras.vision_transformer import config_of
 
     if args.export_format == "onnx":
         raise ValueError("ONNX export of a flexible (NaFlex) model is not available; use --format saved_model "

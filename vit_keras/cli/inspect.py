@@ -78,7 +78,7 @@ def run(args) -> int:
     from vit_keras.cli.predict import load_image
     from vit_keras.inspection import AttentionProbe, write_figures
     from vit_keras.inspection.plots import require_matplotlib
-    from vit_keras.model_class import config_among
+    from vit_keras.vision_transformer import config_among
 
     require_matplotlib("matplotlib.figure")  # before the model loads, not after
     model = load_model(args)

@@ -25,7 +25,7 @@ Example:
 """
 
 from vit_keras.demo.digits import DATASET, digits_at, load_digits_rgb, test_arrays
-from vit_keras.demo.model import FINETUNE_SIZE, PATCH_SIZE, PRETRAIN_SIZE, build_demo_model
+from vit_keras.demo.digits_model import FINETUNE_SIZE, PATCH_SIZE, PRETRAIN_SIZE, build_demo_model
 from vit_keras.demo.report import ACCURACY_BAR
 from vit_keras.demo.run import build_parser, main
 from vit_keras.demo.steps import DEMO_STEPS, DemoData, export_for_deployment, save_and_reload, write_inspection_figures

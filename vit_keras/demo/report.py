@@ -8,7 +8,7 @@ Example:
 from __future__ import annotations
 
 from vit_keras.demo.digits import DATASET
-from vit_keras.demo.model import FINETUNE_SIZE
+from vit_keras.demo.digits_model import FINETUNE_SIZE
 
 # The demo exits 1 below this held-out top-1 accuracy; docs/fine-tuning.md ("The demo") lists measured runs per seed
 # and thread count (the score moves with both).

@@ -16,7 +16,7 @@ import time
 
 from vit_keras.demo import report, stages, steps
 from vit_keras.demo.digits import test_arrays
-from vit_keras.demo.model import FINETUNE_SIZE, PRETRAIN_SIZE
+from vit_keras.demo.digits_model import FINETUNE_SIZE, PRETRAIN_SIZE
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from vit_keras.demo.digits import DATASET
-from vit_keras.demo.model import FINETUNE_SIZE, PRETRAIN_SIZE, build_demo_model
+from vit_keras.demo.digits_model import FINETUNE_SIZE, PRETRAIN_SIZE, build_demo_model
 
 # Batch 32 with twice the updates of batch 64 (the same compute): the extra, noisier updates generalise better on
 # 1,293 training digits (docs/fine-tuning.md, "The demo", has the measurements).

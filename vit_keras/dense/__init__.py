@@ -12,7 +12,8 @@ Example:
     (None, 32, 32, 3)
 """
 
-from vit_keras.dense.export import dense_saved_model, dense_tflite
+from vit_keras.dense.deployment import dense_saved_model, dense_tflite
+from vit_keras.dense.head_models import depth_model, segmentation_model
 from vit_keras.dense.heads import DPTHead, LinearSegmentationHead
 from vit_keras.dense.metrics import (
     DepthRMSE,
@@ -23,7 +24,6 @@ from vit_keras.dense.metrics import (
     depth_metrics,
     segmentation_metrics,
 )
-from vit_keras.dense.models import depth_model, segmentation_model
 from vit_keras.dense.pyramid import SimpleFeaturePyramid
 from vit_keras.dense.tasks import from_pretrained
 

@@ -24,9 +24,9 @@ from vit_keras.export.lite import write_tflite
 from vit_keras.export.signatures import SERVE_BYTES, SERVING_DEFAULT, float32_model
 from vit_keras.files import atomic_directory, refuse_existing
 from vit_keras.layers.flexible import INPUT_KEYS, check_flexible_inputs, flexible_input_assertions
-from vit_keras.model_class import config_of
 from vit_keras.naflex_data import naflex_example
 from vit_keras.preprocessing import check_max_num_patches
+from vit_keras.vision_transformer import config_of
 
 OUTPUT_NAME = "outputs"
 

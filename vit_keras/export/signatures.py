@@ -77,7 +77,7 @@ def _is_softmax_dense(layer) -> bool:
 def _any_size_config(layers):
     """The `ViTConfig` of the ViT among `layers` if it was built for any image size, None otherwise."""
     from vit_keras.layers import Patches
-    from vit_keras.model_class import config_among
+    from vit_keras.vision_transformer import config_among
 
     patches = [layer for layer in layers if isinstance(layer, Patches)]
     config = config_among(layers)

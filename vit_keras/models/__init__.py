@@ -2,7 +2,6 @@
 `build` (`build_vit`, the one builder), `factory` (a checkpoint's and the caller's fields resolved into one config,
 built and loaded) and `applications` (`ViT()` and the named variants)."""
 
-from vit_keras.model_class import config_of
 from vit_keras.models.applications import (
     ViT,
     ViTB8,
@@ -27,6 +26,7 @@ from vit_keras.models.build import build_vit, check_normalization
 from vit_keras.models.factory import OPEN_FIELDS, build_from_checkpoint, resolve_config
 from vit_keras.models.inputs import DEFAULT_SIZE, INPUT_NAME
 from vit_keras.preprocessing import preprocess_input
+from vit_keras.vision_transformer import config_of
 
 __all__ = [
     "DEFAULT_SIZE", "INPUT_NAME", "OPEN_FIELDS", "ViT", "ViTB8", "ViTB16", "ViTB32", "ViTH14", "ViTL16", "ViTL32",

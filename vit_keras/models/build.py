@@ -19,8 +19,8 @@ from vit_keras.layers.flexible import FlexiblePatchEncoder, TokenMask, flexible_
 from vit_keras.layers.norms import norm_layer
 from vit_keras.layers.pooling import POOLINGS, AttentionPoolingHead
 from vit_keras.layers.rope import RotaryEmbedding2D
-from vit_keras.model_class import FINAL_NORM_LAYER, VisionTransformer
 from vit_keras.models.inputs import INPUT_NAME
+from vit_keras.vision_transformer import FINAL_NORM_LAYER, VisionTransformer
 
 DEFAULT_LAYER_NORM_EPSILON = ViTConfig.layer_norm_epsilon
 

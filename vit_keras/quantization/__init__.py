@@ -17,7 +17,7 @@ from vit_keras.quantization.layers import (
     fake_quant,
     fake_quant_kernel,
 )
-from vit_keras.quantization.model import (
+from vit_keras.quantization.qat_model import (
     QuantizeAwareModel,
     activation_ranges,
     calibrate,

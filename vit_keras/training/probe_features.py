@@ -64,8 +64,8 @@ def pooled_features(model, pooling: str = "token+avg"):
 
     from vit_keras.features import intermediate_model
     from vit_keras.layers.pooling import TokenPooling
-    from vit_keras.model_class import config_of
     from vit_keras.training.evaluation import feature_extractor
+    from vit_keras.vision_transformer import config_of
 
     _check_pooling(pooling)
     if isinstance(model.input, dict):
@@ -108,7 +108,7 @@ def weights_digest(model) -> str:
     """
     import keras
 
-    from vit_keras.model_class import config_of
+    from vit_keras.vision_transformer import config_of
 
     digest = hashlib.sha256()
     try:

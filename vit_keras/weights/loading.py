@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable
 
 from vit_keras.configs import CLASSIFIER_POOLS, config_fields, resnet_stride
-from vit_keras.model_class import VisionTransformer, config_of
+from vit_keras.vision_transformer import VisionTransformer, config_of
 from vit_keras.weights import download, google, hf, hub, json_config, registry, timm, timm_eva
 from vit_keras.weights.assign import assign_params
 from vit_keras.weights.infer import infer_config_fields

@@ -152,7 +152,7 @@ def timm_files(config, params, normalization, label_names=None) -> tuple[dict, d
 
     Example:
         >>> import vit_keras
-        >>> from vit_keras.model_config import config_of
+        >>> from vit_keras.vision_transformer import config_of
         >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
         ...                       mlp_dim=96, classes=10)
         >>> cfg, tensors = timm_files(config_of(model), model_params(model), ((0.5,) * 3, (0.5,) * 3))
@@ -261,7 +261,7 @@ def transformers_files(config, params, label_names=None) -> tuple[dict, dict[str
 
     Example:
         >>> import vit_keras
-        >>> from vit_keras.model_config import config_of
+        >>> from vit_keras.vision_transformer import config_of
         >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
         ...                       mlp_dim=96, include_top=False, layer_scale=True)  # a DINOv2 backbone
         >>> cfg, tensors = transformers_files(config_of(model), model_params(model))
@@ -283,7 +283,7 @@ def transformers_config(config, params, label_names=None) -> dict:
 
     Example:
         >>> import vit_keras
-        >>> from vit_keras.model_config import config_of
+        >>> from vit_keras.vision_transformer import config_of
         >>> model = vit_keras.ViT(image_size=32, patch_size=8, hidden_size=48, num_layers=2, num_heads=3,
         ...                       mlp_dim=96, classes=10)
         >>> transformers_config(config_of(model), model_params(model))["architectures"]

@@ -9,8 +9,8 @@ Example:
     (2, 24)
 """
 
+from vit_keras.zeroshot.image_text_model import ZeroShotModel, from_pretrained
 from vit_keras.zeroshot.logits import ContrastiveLogits, l2_normalize
-from vit_keras.zeroshot.model import ZeroShotModel, from_pretrained
 from vit_keras.zeroshot.text import TextBlock, TextEmbedding, TextPooling, text_model
 from vit_keras.zeroshot.text_config import TextConfig
 from vit_keras.zeroshot.tokenizer import Tokenizer

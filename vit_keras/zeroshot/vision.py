@@ -18,8 +18,8 @@ import keras
 from vit_keras import weights
 from vit_keras.configs import ViTConfig
 from vit_keras.layers.checkpoint import nested, plain
-from vit_keras.model_class import config_of
 from vit_keras.pretrained import from_pretrained
+from vit_keras.vision_transformer import config_of
 from vit_keras.weights import hf
 from vit_keras.weights.schema import LOGIT_BIAS, LOGIT_SCALE, VISUAL_PROJECTION
 from vit_keras.zeroshot.hf_reader import PREPROCESSOR_NAME, Checkpoint

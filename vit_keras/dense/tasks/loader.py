@@ -1,7 +1,7 @@
 """`from_pretrained` for transformers' task checkpoints: EoMT (`EomtForUniversalSegmentation`), Depth Anything
 (`DepthAnythingForDepthEstimation`) and ViTPose (`VitPoseForPoseEstimation`), from a `save_pretrained` directory or
 a hub id. The config.json gives the architecture (`vit_keras.dense.tasks.families` reads the backbone's, this
-module the head's), the model is built (`vit_keras.dense.tasks.models`), and the weights are read with the model
+module the head's), the model is built (`vit_keras.dense.tasks.builders`), and the weights are read with the model
 type's rule table and assigned all at once.
 """
 
@@ -15,7 +15,7 @@ import re
 import numpy as np
 
 from vit_keras.configs import ViTConfig, check_hw, config_fields
-from vit_keras.dense.tasks import models
+from vit_keras.dense.tasks import builders
 from vit_keras.dense.tasks.families import TASK_FAMILIES, read_backbone
 from vit_keras.weights import hf, hub, json_config, rules
 from vit_keras.weights.assign import assign_params
@@ -59,13 +59,13 @@ def _eomt(config: dict, file: str, tensors, fields: dict, image_size, dataset_in
                          "transformers drop the masks of random queries at every call; vit_keras runs deterministic "
                          "models (each entry 0: no masked attention, or 1: masked). Use a checkpoint whose training "
                          "finished its mask annealing.")
-    head = models.SegmentationHead(
+    head = builders.SegmentationHead(
         num_queries=json_config.require(config, "num_queries", int, file, default=200, positive=True),
         num_blocks=num_blocks, masked_blocks=tuple(p > 0 for p in probs),
         num_labels=len(json_config.require(config, "id2label", dict, file)),
         num_upscale_blocks=json_config.require(config, "num_upscale_blocks", int, file, default=2, positive=True),
         activation=fields["activation"])
-    return _Plan(models.eomt_model, _fields_config(fields), head, tensors)
+    return _Plan(builders.eomt_model, _fields_config(fields), head, tensors)
 
 
 def _stages(backbone: dict, file: str, num_layers: int) -> tuple[str, ...]:
@@ -97,7 +97,7 @@ def _depth_anything(config: dict, file: str, tensors, fields: dict, image_size, 
     if head_index != -1:
         raise ValueError(f"{file!r}: head_in_index {head_index}: the depth head reads the last fused map (-1), as "
                          "every published Depth Anything does.")
-    head = models.DepthHeadConfig(
+    head = builders.DepthHeadConfig(
         stages=stages, apply_layernorm=json_config.require(backbone, "apply_layernorm", bool, file, default=True),
         neck_hidden_sizes=tuple(sizes), reassemble_factors=tuple(factors),
         fusion_hidden_size=json_config.require(config, "fusion_hidden_size", int, file, positive=True),
@@ -108,7 +108,7 @@ def _depth_anything(config: dict, file: str, tensors, fields: dict, image_size, 
     # Without an image size: any size, the table kept at its stored grid and resized at each call, as transformers.
     sizes = dict(image_size=tuple(image_size)) if image_size is not None else \
         dict(image_size=None, pos_grid=stored_grid, pos_interpolation="bicubic")
-    return _Plan(models.depth_anything_model, _fields_config(fields, **sizes), head, tensors, stored_grid)
+    return _Plan(builders.depth_anything_model, _fields_config(fields, **sizes), head, tensors, stored_grid)
 
 
 _EXPERT = re.compile(r"^(?P<block>.*\.mlp)\.experts\.(?P<expert>\d+)\.(?P<param>weight|bias)$")
@@ -154,11 +154,11 @@ def _vitpose(config: dict, file: str, tensors, fields: dict, image_size, dataset
                          "expert (not ViTPose++); drop dataset_index.")
     stage = _stages(backbone, file, fields["num_layers"])[-1]
     simple = json_config.require(config, "use_simple_decoder", bool, file, default=True)
-    head = models.PoseHead(
+    head = builders.PoseHead(
         num_keypoints=len(json_config.require(config, "id2label", dict, file)),
         decoder="simple" if simple else "classic",
         scale_factor=json_config.require(config, "scale_factor", int, file, default=4, positive=True), stage=stage)
-    return _Plan(models.vitpose_model, _fields_config(fields), head, tensors)
+    return _Plan(builders.vitpose_model, _fields_config(fields), head, tensors)
 
 
 _TASKS = {"eomt": _eomt, "depth_anything": _depth_anything, "vitpose": _vitpose}

@@ -8,7 +8,7 @@ import json
 
 import tensorflow as tf
 
-from vit_keras.zeroshot.graph_tokenizer.models import MODELS
+from vit_keras.zeroshot.graph_tokenizer.bpe_unigram import MODELS
 from vit_keras.zeroshot.graph_tokenizer.pipeline import Normalizer, PreTokenizer
 from vit_keras.zeroshot.graph_tokenizer.tensors import concat_rows, each, table
 from vit_keras.zeroshot.graph_tokenizer.unicode import (

@@ -1,7 +1,8 @@
 """`VisionTransformer`: the `keras.Model` class vit_keras's builders return. It carries the `ViTConfig` it was built
 from (`vit_config`, through `get_config` / `from_config` and so through `.keras` files), gives the parts the
 features, dense heads and text towers build on as attributes (`blocks`, `num_prefix_tokens`, `patch_size`,
-`grid_size`), and stays usable when `predict`, `evaluate` and `fit` refuse an input.
+`grid_size`), and stays usable when `predict`, `evaluate` and `fit` refuse an input. `config_of(model)` reads the
+config back, also from a `.keras` file saved by 0.1.0, whose config sits in its `patch_encoder` layer.
 
 On the JAX backend, Keras 3's `predict`, `evaluate` and `fit` take every variable's value out of the model (to hand
 the values to the compiled step) before the step is traced, and put them back only when the loop ends. An input

@@ -8,7 +8,7 @@ import numpy as np
 
 from vit_keras.dense.heads import DPTHead, LinearSegmentationHead
 from vit_keras.features import intermediate_model
-from vit_keras.model_class import config_of
+from vit_keras.vision_transformer import config_of
 
 HEADS = ("linear", "dpt")
 

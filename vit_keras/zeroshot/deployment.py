@@ -53,9 +53,9 @@ DEFAULT_MAX_NUM_PATCHES = 256
 
 def _check(model) -> None:
     if keras.backend.backend() != "tensorflow":
-        raise ValueError("vit_keras.zeroshot.export writes a TensorFlow SavedModel from the TensorFlow backend; save "
-                         "the towers (m.image_model.save('image.keras'), m.text_model.save('text.keras')) or run the "
-                         "export in a process started with KERAS_BACKEND=tensorflow.")
+        raise ValueError("vit_keras.zeroshot.deployment writes a TensorFlow SavedModel from the TensorFlow backend; "
+                         "save the towers (m.image_model.save('image.keras'), m.text_model.save('text.keras')) or run "
+                         "the export in a process started with KERAS_BACKEND=tensorflow.")
     shape = model.image_model.input_shape
     if isinstance(shape, dict) or isinstance(model.image_model.input, dict):
         raise ValueError("The NaFlex (flexible=True) image model takes a dict of patches; export a model built with "

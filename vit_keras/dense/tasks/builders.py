@@ -42,9 +42,9 @@ from vit_keras.dense.tasks.layers import (
 from vit_keras.features import intermediate_model
 from vit_keras.layers.norms import norm_layer
 from vit_keras.layers.transformer import TransformerBlock
-from vit_keras.model_class import FINAL_NORM_LAYER, VisionTransformer
 from vit_keras.models.build import _preprocessing_layer, build_vit
 from vit_keras.models.inputs import INPUT_NAME
+from vit_keras.vision_transformer import FINAL_NORM_LAYER, VisionTransformer
 
 VITPOSE_PATCH_PADDING = 2  # VitPoseBackbone's patch convolution pads every side by 2 pixels
 
