@@ -38,8 +38,8 @@ def positive_number(text: str) -> float:
 
 
 def config_for(args):
-    """The training recipe of the flags; `vit-keras train` gets the same with --learning-rate, --warmup-steps and
-    --steps-per-epoch (docs/recipes/finetune-folder.md)."""
+    """The training recipe of the flags; `vit-keras train` gets the same with --learning-rate, --warmup-steps
+    and --steps-per-epoch (docs/recipes/finetune-folder.md)."""
     default_rate = 0.05 if args.lora else 0.01
     return training.finetune(
         total_steps=args.steps,
