@@ -94,7 +94,7 @@ def from_pretrained(
         (None, None, None, 3)
         >>> from vit_keras.models.factory import any_grid_families
         >>> any_grid_families()  # the families whose checkpoints take any image size by default
-        ['transformers dinov3_vit', 'timm DINOv3', 'timm RoPE-ViT', 'timm timm SBB RoPE ViT']
+        ['transformers dinov3_vit', 'timm DINOv3', 'timm RoPE-ViT', 'timm SBB RoPE ViT']
         >>> from_pretrained("tests/fixtures/family/hf_dinov2/checkpoint").output_shape  # no head: the backbone
         (None, 5, 48)
 

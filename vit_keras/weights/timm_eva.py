@@ -132,7 +132,7 @@ FAMILIES = (
                                         "large": _size(1024, 24, 16)},
            {"mixed": {"rope_type": "mixed", "rope_temperature": 10.0},
             "ape": {"use_abs_pos_emb": True, "no_embed_class": True}}),
-    Family("timm SBB RoPE ViT", r"vit_(?P<size>[a-z]+)_patch(?P<patch>\d+)_rope(?P<options>_reg\d+_gap)_(?P<res>\d+)",
+    Family("SBB RoPE ViT", r"vit_(?P<size>[a-z]+)_patch(?P<patch>\d+)_rope(?P<options>_reg\d+_gap)_(?P<res>\d+)",
            {"qkv_fused": True, "init_values": 1e-5, "class_token": False, "use_rot_pos_emb": True,
             "use_abs_pos_emb": False, "ref_feat_shape": (16, 16)}, {
                "medium": _size(512, 12, 8), "mediumd": _size(512, 20, 8, qkv_bias=False),
