@@ -15,29 +15,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import tempfile
 import time
 
 import keras
 import numpy as np
 
-from vit_keras import export
+from vit_keras import export, hardware
+from vit_keras.files import atomic_file
 from vit_keras.quantization import quantize_aware
 
 try:
     from scripts.quantization_agreement import digits, train
 except ImportError:  # run as a file from scripts/
     from quantization_agreement import digits, train
-
-
-def cpu_name() -> str:
-    try:
-        lines = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines()
-        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("Model name"))
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def accuracy(probabilities, labels) -> float:
@@ -77,12 +68,12 @@ def main(argv=None):
             "agreement_with_qat_keras": float(np.mean(qat_file.argmax(-1) == qat_keras.argmax(-1))),
             "max_prob_diff_to_qat_keras": float(np.abs(qat_file - qat_keras).max()),
         }
-    report = {"cpu": cpu_name(), "keras": keras.__version__, "test_images": len(x_test),
+    report = {"cpu": hardware.cpu_info().model, "keras": keras.__version__, "test_images": len(x_test),
               "float_epochs": args.epochs, "qat_epochs": args.qat_epochs,
               "seconds": round(time.perf_counter() - start), "rows": rows}
     print(json.dumps(report, indent=2))
     if args.out:
-        with open(args.out, "w") as f:
+        with atomic_file(args.out) as tmp, open(tmp, "w") as f:
             json.dump(report, f, indent=2)
 
 

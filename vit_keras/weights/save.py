@@ -417,8 +417,18 @@ def save_pretrained(model, directory, format: str | None = None, *, overwrite: b
     return directory
 
 
-def write_directory(directory: str, contents: dict, tensors: dict[str, np.ndarray]) -> None:
-    """`config.json` and `model.safetensors` (float32, torch's `format: pt` metadata) into `directory`.
+def write_json(path: str, contents: dict) -> None:
+    """`contents` as indented JSON at `path` (the config files every writer puts beside the weights)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(contents, f, indent=2)
+        f.write("\n")
+
+
+def write_directory(directory: str, contents: dict, tensors: dict[str, np.ndarray], *,
+                    config_name: str = timm.CONFIG_NAME, weights_name: str = timm.WEIGHTS_NAME) -> None:
+    """`config.json` and `model.safetensors` (torch's `format: pt` metadata) into `directory`, or the file names
+    given: float arrays as float32 with their shape (a 0-d logit scale stays 0-d), other arrays (BatchNorm's int64
+    `num_batches_tracked`) as stored, as torch's readers load them.
 
     Example:
         >>> import os
@@ -429,8 +439,8 @@ def write_directory(directory: str, contents: dict, tensors: dict[str, np.ndarra
     """
     from safetensors.numpy import save_file
 
-    with open(os.path.join(directory, timm.CONFIG_NAME), "w", encoding="utf-8") as f:
-        json.dump(contents, f, indent=2)
-        f.write("\n")
-    arrays = {key: np.ascontiguousarray(value, np.float32) for key, value in tensors.items()}
-    save_file(arrays, os.path.join(directory, timm.WEIGHTS_NAME), metadata={"format": "pt"})
+    write_json(os.path.join(directory, config_name), contents)
+    # np.array, not np.ascontiguousarray, which makes a 0-d array 1-d.
+    arrays = {key: np.array(value, np.float32 if np.issubdtype(np.asarray(value).dtype, np.floating) else None,
+                            order="C") for key, value in tensors.items()}
+    save_file(arrays, os.path.join(directory, weights_name), metadata={"format": "pt"})

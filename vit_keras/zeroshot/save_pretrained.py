@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -238,12 +237,6 @@ def _preprocessor(model, family: Family) -> dict | None:
             "image_mean": list(normalization[0]), "image_std": list(normalization[1])}
 
 
-def _write_json(path: str, contents: dict) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(contents, f, indent=2)
-        f.write("\n")
-
-
 def _copy_tokenizer(model, directory: str) -> None:
     source = getattr(model.tokenizer, "source", None)
     folder = os.path.dirname(source) if isinstance(source, str) and os.path.isfile(source) else None
@@ -278,15 +271,10 @@ def save_pretrained(model, directory, format: str | None = None, *, overwrite: b
     else:
         config, tensors = open_clip_files(model)
         names, preprocessor = (open_clip.CONFIG_NAME, open_clip.WEIGHTS_NAME), None
-    from safetensors.numpy import save_file
-
     directory = os.fspath(directory)
     with atomic_directory(directory, overwrite=overwrite or vision_save.is_empty_dir(directory)) as tmp:
-        _write_json(os.path.join(tmp, names[0]), config)
-        # np.array, not np.ascontiguousarray, which makes a 0-d logit scale 1-d.
-        save_file({key: np.array(value, np.float32, order="C") for key, value in tensors.items()},
-                  os.path.join(tmp, names[1]), metadata={"format": "pt"})
+        vision_save.write_directory(tmp, config, tensors, config_name=names[0], weights_name=names[1])
         if preprocessor is not None:
-            _write_json(os.path.join(tmp, hf_reader.PREPROCESSOR_NAME), preprocessor)
+            vision_save.write_json(os.path.join(tmp, hf_reader.PREPROCESSOR_NAME), preprocessor)
         _copy_tokenizer(model, tmp)
     return directory

@@ -15,15 +15,12 @@ Example:
 from __future__ import annotations
 
 import copy
-import json
 import os
-
-import numpy as np
 
 from vit_keras.dense.tasks.families import TASK_FAMILIES, read_backbone
 from vit_keras.files import atomic_directory
 from vit_keras.weights import rules
-from vit_keras.weights.save import model_params
+from vit_keras.weights.save import model_params, write_directory
 
 
 def _fixed_size_config(model, family, config: dict) -> dict:
@@ -66,18 +63,7 @@ def save_pretrained(model, directory, *, overwrite: bool = False) -> str:
     tensors.update(getattr(model, "transformers_extra_tensors", {}))
     directory = os.fspath(directory)
     with atomic_directory(directory, overwrite=overwrite) as tmp:
-        _write(tmp, config, tensors)
+        write_directory(tmp, config, tensors)
     return directory
 
 
-def _write(directory: str, config: dict, tensors: dict) -> None:
-    """`config.json` and `model.safetensors` (torch's `format: pt` metadata): float arrays as float32, the others
-    (BatchNorm's scalar int64 `num_batches_tracked`) with their own shape and type, as transformers reloads them."""
-    from safetensors.numpy import save_file
-
-    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=2)
-        f.write("\n")
-    arrays = {key: np.array(value, np.float32 if np.issubdtype(np.asarray(value).dtype, np.floating) else None,
-                            order="C") for key, value in tensors.items()}
-    save_file(arrays, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
