@@ -18,6 +18,7 @@ import keras
 from keras import ops
 
 from vit_keras.layers.checkpoint import plain
+from vit_keras.layers.transformer import ACTIVATION_FUNCTIONS
 
 EOMT_LAYER_NORM_2D_EPSILON = 1e-6  # EomtLayerNorm2d's own default, whatever the config's layer_norm_eps
 BATCH_NORM_EPSILON = 1e-5  # torch BatchNorm2d's default (ViTPose's classic decoder)
@@ -90,10 +91,16 @@ class DeclaredLayer(keras.layers.Layer):
         return {name: plain(variable) for name, variable in getattr(self, "_declared", {}).items()}
 
 
+# The task heads' `hidden_act`: the encoder's activations (transformers' "gelu" is the exact erf form) and ReLU.
+TASK_ACTIVATIONS = {**ACTIVATION_FUNCTIONS, "relu": ops.relu}
+
+
 def _activation(name: str):
-    # The task heads' `hidden_act`: transformers' "gelu" is the exact erf form.
-    return {"gelu": lambda x: ops.gelu(x, approximate=False), "relu": ops.relu,
-            "gelu_tanh": lambda x: ops.gelu(x, approximate=True)}[name]
+    """The function of a task head's `hidden_act`, or a `ValueError` naming the ones it can be."""
+    if name not in TASK_ACTIVATIONS:
+        raise ValueError(f"A task head's activation (config.json `hidden_act`) must be one of "
+                         f"{tuple(TASK_ACTIVATIONS)}, got {name!r}.")
+    return TASK_ACTIVATIONS[name]
 
 
 @keras.saving.register_keras_serializable(package="vit_keras")
@@ -128,6 +135,7 @@ class EomtMaskHead(DeclaredLayer):
     def __init__(self, activation: str = "gelu", **kwargs):
         super().__init__(**kwargs)
         self.activation = activation
+        self._act = _activation(activation)
 
     def build(self, input_shape):
         width = input_shape[-1]
@@ -135,7 +143,7 @@ class EomtMaskHead(DeclaredLayer):
                     for k in (1, 2, 3)]
 
     def call(self, x):
-        act = _activation(self.activation)
+        act = self._act
         for index, (kernel, bias) in enumerate(self.fcs):
             x = ops.matmul(x, kernel) + bias
             x = act(x) if index < 2 else x
@@ -154,6 +162,7 @@ class EomtUpscale(DeclaredLayer):
         super().__init__(**kwargs)
         self.num_blocks = int(num_blocks)
         self.activation = activation
+        self._act = _activation(activation)
 
     def build(self, input_shape):
         width = input_shape[-1]
@@ -166,7 +175,7 @@ class EomtUpscale(DeclaredLayer):
         ) for u in range(self.num_blocks)]
 
     def call(self, x):
-        act = _activation(self.activation)
+        act = self._act
         for block in self.blocks:
             x = act(conv_transpose2d(x, *block["deconv"], strides=2))
             x = ops.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]])
