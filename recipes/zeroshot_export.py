@@ -57,10 +57,11 @@ def main(argv=None):
     model = zeroshot.from_pretrained(args.model)
     labels = [label.strip() for label in args.labels.split(",")] if args.labels else None
     any_size = model.image_size is None
-    patches = (args.max_patches or deployment.DEFAULT_MAX_NUM_PATCHES) if any_size else args.max_patches
+    # Passed on as given (None: the exporter's default), so that a bad value is refused there, not replaced.
     path = deployment.saved_model(
-        model, args.export_dir, class_names=labels, overwrite=args.overwrite, max_num_patches=patches
+        model, args.export_dir, class_names=labels, overwrite=args.overwrite, max_num_patches=args.max_patches
     )
+    patches = deployment.DEFAULT_MAX_NUM_PATCHES if args.max_patches is None else args.max_patches
     context = model.context_length
     images = f", images of any size up to {patches} patches" if any_size else ""
     print(f"wrote {path} ({model.family}, {model.probabilities} scores, context {context} tokens{images})")

@@ -860,13 +860,12 @@ class StoredTable:
     `any_grid`: nothing is stored at a patch grid (`position_embedding="none"`: RoPE only, e.g. DINOv3), so the
     model runs at any grid its patches divide without resampling anything; `architectural`: the table is part of
     the architecture (`ARCHITECTURAL_POS_INTERPOLATIONS`), kept at its own grid; `grid`: the grid the table is
-    stored at for the fields' `image_size` (None without one); `num_embedded_prefix_tokens`: its prefix rows.
+    stored at for the fields' `image_size` (None without one).
     """
 
     any_grid: bool
     architectural: bool
     grid: tuple[int, int] | None
-    num_embedded_prefix_tokens: int
 
 
 def stored_table(fields: Mapping) -> StoredTable:
@@ -874,7 +873,7 @@ def stored_table(fields: Mapping) -> StoredTable:
 
     Example:
         >>> stored_table({"patch_size": 8, "image_size": (32, 48)})
-        StoredTable(any_grid=False, architectural=False, grid=(4, 6), num_embedded_prefix_tokens=1)
+        StoredTable(any_grid=False, architectural=False, grid=(4, 6))
         >>> stored_table({"position_embedding": "none", "rope": "rotate_half", "image_size": None}).any_grid
         True
     """
@@ -887,11 +886,7 @@ def stored_table(fields: Mapping) -> StoredTable:
         size = check_hw("image_size", known["image_size"])
         stride = check_image_sides(size, check_positive_int("patch_size", known["patch_size"]), known["resnet"])
         grid = (size[0] // stride, size[1] // stride)
-    prefix = prefix_token_count(known["class_token"], known["num_class_tokens"], known["distilled"],
-                                known["num_register_tokens"])
-    return StoredTable(any_grid=known["position_embedding"] == "none", architectural=architectural, grid=grid,
-                       num_embedded_prefix_tokens=embedded_prefix_count(known["position_embedding"],
-                                                                        known["no_embed_class"], prefix))
+    return StoredTable(any_grid=known["position_embedding"] == "none", architectural=architectural, grid=grid)
 
 CLASSIFIER_POOLS = {"token": "token", "gap": "avg", "map": "map"}
 

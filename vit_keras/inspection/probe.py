@@ -11,6 +11,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
+from vit_keras.configs import resnet_stride
 from vit_keras.layers import PatchEncoder, Patches, ResNetStem, TransformerBlock
 
 
@@ -175,7 +176,7 @@ class AttentionProbe:
         self.class_token = self.patch_encoder.class_token
         self.classifier = "token" if self.class_token else "gap"  # vit_jax's name for the same fact
         if None in self.image_size:
-            stride = self.patches.patch_size * (1 if self.resnet is None else _resnet_stride(self.resnet))
+            stride = self.patches.patch_size * (1 if self.resnet is None else resnet_stride(self.resnet.config))
             self.patch_stride = (float(stride), float(stride))
         else:
             self.patch_stride = tuple(float(s) / g for s, g in zip(self.image_size, self.grid_size))
@@ -360,10 +361,6 @@ class FlexibleAttentionProbe:
             x, attention = block(x, training=False, return_attention_scores=True, all_tokens=True, **kwargs)
             scores.append(np.asarray(keras.ops.convert_to_numpy(attention), dtype=np.float32))
         return scores
-
-
-def _resnet_stride(resnet) -> int:
-    return 4 * 2 ** max(len(resnet.config.num_layers) - 1, 0)
 
 
 def attention_weights(model, images, batch_size: int = 8) -> np.ndarray:

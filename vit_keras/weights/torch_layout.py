@@ -99,7 +99,8 @@ def scalar(prefix: str, weight, bias=None) -> dict:
     """
     weight = _f32(weight)
     if weight.size != 1:
-        raise ValueError(f"{prefix!r} holds {weight.size} values of shape {weight.shape}; it is one number.")
+        raise ValueError(f"{prefix!r} holds {weight.size} values of shape {weight.shape}; it is one number: check "
+                         "that the weights file and its config describe the same model.")
     return {prefix: weight.reshape(())}
 
 
@@ -321,7 +322,8 @@ def matrix_back(prefix: str, params) -> tuple:
         (4, 2)
     """
     if f"{prefix}/bias" in params:
-        raise ValueError(f"{prefix!r} is a bias-free projection matrix, but the model has {prefix}/bias.")
+        raise ValueError(f"{prefix!r} is a bias-free projection matrix, but the model has {prefix}/bias; write it "
+                         "in a format whose projection has a bias (save_pretrained(..., format='transformers')).")
     return _f32(params[f"{prefix}/kernel"]), None
 
 
